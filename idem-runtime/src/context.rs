@@ -1,0 +1,264 @@
+//! The call context: the values a call is keyed by, carried into sync and async tools
+//! without changing their signatures (contract K7, K9, K10, S12).
+//!
+//! A context is set for the duration of a closure ([`CallContext::enter`]) or a future
+//! ([`CallContext::scope`]), like a tracing span: the innermost one is in force. Tools may
+//! also take a `&CallContext` argument to receive it explicitly; such an argument is never
+//! part of the key.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+
+use crate::engine::Engine;
+use crate::key::{Fingerprint, IdempotencyKey};
+use crate::outcome::CallRecord;
+
+/// Conversation id, tool-call id, named scope values and engine for the calls made under
+/// it; after a call, what that call did ([`last_outcome`](CallContext::last_outcome)).
+///
+/// Cheap to clone (one `Arc`); the builder methods copy on write.
+///
+/// ```
+/// use idem_runtime::CallContext;
+/// let ctx = CallContext::new().with_conversation("conv_42").with_scope("tenant", "acme");
+/// assert_eq!(ctx.conversation_id(), Some("conv_42"));
+/// let inside = ctx.enter(|| CallContext::current().and_then(|c| c.scope_value("tenant").map(String::from)));
+/// assert_eq!(inside.as_deref(), Some("acme"));
+/// assert!(CallContext::current().is_none());
+/// ```
+#[derive(Clone, Default)]
+pub struct CallContext {
+    inner: Arc<Inner>,
+}
+
+#[derive(Clone, Default)]
+struct Inner {
+    engine: Option<Engine>,
+    conversation_id: Option<Arc<str>>,
+    tool_call_id: Option<Arc<str>>,
+    scopes: Vec<(Arc<str>, Arc<str>)>,
+    attempt: Option<Arc<AttemptRecord>>,
+    key: Option<IdempotencyKey>,
+    last_outcome: Arc<Mutex<Option<CallRecord>>>,
+}
+
+impl std::fmt::Debug for CallContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallContext")
+            .field("conversation_id", &self.inner.conversation_id)
+            .field("tool_call_id", &self.inner.tool_call_id)
+            .field("scopes", &self.inner.scopes)
+            .field("key", &self.inner.key)
+            .finish_non_exhaustive()
+    }
+}
+
+thread_local! {
+    static CURRENT: RefCell<Option<CallContext>> = const { RefCell::new(None) };
+}
+
+/// Restores the previous thread-local context on drop (also on panic).
+struct Entered(Option<CallContext>);
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        let previous = self.0.take();
+        CURRENT.with(|current| *current.borrow_mut() = previous);
+    }
+}
+
+fn enter_context(context: CallContext) -> Entered {
+    Entered(CURRENT.with(|current| current.borrow_mut().replace(context)))
+}
+
+impl CallContext {
+    /// An empty context: no conversation, no tool-call id, the default engine.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn edit(mut self, f: impl FnOnce(&mut Inner)) -> Self {
+        f(Arc::make_mut(&mut self.inner));
+        self
+    }
+
+    /// Sets the conversation id that `scope = "conversation"` tools are keyed by.
+    pub fn with_conversation(self, id: impl Into<Arc<str>>) -> Self {
+        self.edit(|inner| inner.conversation_id = Some(id.into()))
+    }
+
+    /// Sets the provider's tool-call id that `scope = "call"` tools are keyed by.
+    pub fn with_tool_call(self, id: impl Into<Arc<str>>) -> Self {
+        self.edit(|inner| inner.tool_call_id = Some(id.into()))
+    }
+
+    /// Sets the value of a user-named scope (`scope = "tenant"` reads `"tenant"`).
+    pub fn with_scope(self, name: impl Into<Arc<str>>, value: impl Into<Arc<str>>) -> Self {
+        let (name, value) = (name.into(), value.into());
+        self.edit(|inner| {
+            inner.scopes.retain(|(n, _)| *n != name);
+            inner.scopes.push((name, value));
+        })
+    }
+
+    /// Uses `engine` (store and clock) instead of the default one.
+    pub fn with_engine(self, engine: Engine) -> Self {
+        self.edit(|inner| inner.engine = Some(engine))
+    }
+
+    /// Attaches the attempt record of one dispatched tool call: the first attempt stores
+    /// its key there and every retry reuses it unchanged (K9).
+    pub fn with_attempt(self, attempt: Arc<AttemptRecord>) -> Self {
+        self.edit(|inner| inner.attempt = Some(attempt))
+    }
+
+    /// A copy that marks the body of the call keyed by `key` (K10), with its own outcome
+    /// slot so calls nested in the body do not overwrite the caller's.
+    pub(crate) fn for_body(&self, key: IdempotencyKey) -> Self {
+        self.clone().edit(|inner| {
+            inner.key = Some(key);
+            inner.attempt = None;
+            inner.last_outcome = Arc::default();
+        })
+    }
+
+    /// The conversation id, if set.
+    pub fn conversation_id(&self) -> Option<&str> {
+        self.inner.conversation_id.as_deref()
+    }
+
+    /// The tool-call id, if set.
+    pub fn tool_call_id(&self) -> Option<&str> {
+        self.inner.tool_call_id.as_deref()
+    }
+
+    /// The value of a user-named scope, if set.
+    pub fn scope_value(&self, name: &str) -> Option<&str> {
+        self.inner
+            .scopes
+            .iter()
+            .find(|(n, _)| &**n == name)
+            .map(|(_, v)| &**v)
+    }
+
+    /// The engine set with [`with_engine`](Self::with_engine), if any.
+    pub fn engine(&self) -> Option<&Engine> {
+        self.inner.engine.as_ref()
+    }
+
+    /// The attempt record, if this context belongs to a dispatched call.
+    pub fn attempt(&self) -> Option<&Arc<AttemptRecord>> {
+        self.inner.attempt.as_ref()
+    }
+
+    /// Inside an `#[idempotent]` body: the key of the running call (K10).
+    pub fn key(&self) -> Option<&IdempotencyKey> {
+        self.inner.key.as_ref()
+    }
+
+    /// What the last `#[idempotent]` call made directly under this context did (S12).
+    pub fn last_outcome(&self) -> Option<CallRecord> {
+        self.inner
+            .last_outcome
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(crate) fn set_last_outcome(&self, record: CallRecord) {
+        *self
+            .inner
+            .last_outcome
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(record);
+    }
+
+    /// The innermost context in force on this thread or task, if any.
+    pub fn current() -> Option<CallContext> {
+        CURRENT.with(|current| current.borrow().clone())
+    }
+
+    /// Runs `f` with this context in force (for sync tools).
+    pub fn enter<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _entered = enter_context(self.clone());
+        f()
+    }
+
+    /// Wraps `future` so that this context is in force whenever it is polled (for async
+    /// tools). The wrapper is `Send` when `future` is.
+    pub fn scope<F: Future>(&self, future: F) -> WithContext<F> {
+        WithContext {
+            context: self.clone(),
+            future,
+        }
+    }
+}
+
+/// Inside an `#[idempotent]` body: the key of the running call, to forward downstream,
+/// for example as a payment API's `Idempotency-Key` header (K10). `None` elsewhere.
+pub fn current_key() -> Option<IdempotencyKey> {
+    CallContext::current().and_then(|c| c.key().cloned())
+}
+
+pin_project_lite::pin_project! {
+    /// A future with a [`CallContext`] in force while it is polled; see
+    /// [`CallContext::scope`].
+    pub struct WithContext<F> {
+        context: CallContext,
+        #[pin]
+        future: F,
+    }
+}
+
+impl<F: Future> Future for WithContext<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let _entered = enter_context(this.context.clone());
+        this.future.poll(cx)
+    }
+}
+
+/// The key and fingerprint derived on a dispatched call's first attempt (K9).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DerivedKey {
+    /// The tool they were derived for.
+    pub tool: String,
+    /// The idempotency key.
+    pub key: IdempotencyKey,
+    /// The fingerprint.
+    pub fingerprint: Fingerprint,
+}
+
+/// One dispatched tool call's record across its attempts (K9): the first attempt stores
+/// the key it derived; every retry of that call reuses it unchanged. A new tool call gets
+/// a new record, so a reused provider call id never carries a key to another call.
+#[derive(Debug, Default)]
+pub struct AttemptRecord {
+    derived: Mutex<Option<DerivedKey>>,
+}
+
+impl AttemptRecord {
+    /// A fresh record for one tool call.
+    pub fn new() -> Arc<Self> {
+        Arc::default()
+    }
+
+    /// The key derived by the first attempt, if it got that far.
+    pub fn derived(&self) -> Option<DerivedKey> {
+        self.derived
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Stores the first attempt's key; a later call keeps the first.
+    pub(crate) fn remember(&self, derived: DerivedKey) {
+        let mut slot = self.derived.lock().unwrap_or_else(PoisonError::into_inner);
+        slot.get_or_insert(derived);
+    }
+}

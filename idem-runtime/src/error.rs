@@ -1,0 +1,106 @@
+//! Errors of the idempotency layer itself.
+//!
+//! These are never saved as a tool's outcome (contract S4): they describe why the layer
+//! could not run or replay a call, not what the tool did. Each variant says what Stripe's
+//! idempotent requests and the IETF `Idempotency-Key` header draft answer in the same case.
+
+use serde::{Deserialize, Serialize};
+
+use crate::canonical::CanonicalError;
+use crate::store::StoreError;
+
+/// An error of the idempotency layer (never a tool's own failure).
+///
+/// Tools return `Result<T, E>` where `E: From<idem::Error>`, so these errors reach the
+/// caller through the tool's own error type. `Error` is `Serialize + Deserialize` only so
+/// that it can sit inside such an `E`; the layer never saves it as an outcome (S4).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[non_exhaustive]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Error {
+    /// The tool's scope needs a value (a conversation id, a tool-call id, a named scope
+    /// value) and none is in force for this call. Raised before the body runs; the layer
+    /// never falls back to a shared global key (K7). IETF draft: 400 (key missing).
+    #[error("tool `{tool}` is keyed by scope `{scope}`, but no {scope} value is in force for this call: set it on the idem::CallContext")]
+    MissingScope {
+        /// The tool's name (K6).
+        tool: String,
+        /// The scope's name: `conversation`, `call`, or a user-named scope.
+        scope: String,
+    },
+
+    /// The idempotency key was first used with different fingerprint arguments (only
+    /// possible with `key(…)`). The body does not run and the saved record is untouched
+    /// (S9). Stripe: 400 "Keys for idempotent requests can only be used with the same
+    /// parameters"; IETF draft: 422.
+    #[error("idempotency key {key} of tool `{tool}` was first used with different arguments (stored fingerprint {stored}, this call {given}); the first call's record is untouched")]
+    Mismatch {
+        /// The tool's name.
+        tool: String,
+        /// The idempotency key (lowercase hex).
+        key: String,
+        /// Fingerprint saved with the key.
+        stored: String,
+        /// Fingerprint of this call.
+        given: String,
+    },
+
+    /// Another caller holds the key's claim and did not finish within this call's wait
+    /// bound (S5). Retryable: retry later with the same key. Stripe: 409 Conflict; IETF
+    /// draft: 409.
+    #[error("idempotency key {key} of tool `{tool}` is in progress in another call; gave up after waiting {waited_ms} ms; retry with the same key")]
+    InProgress {
+        /// The tool's name.
+        tool: String,
+        /// The idempotency key (lowercase hex).
+        key: String,
+        /// How long this call waited, in milliseconds of the engine's clock.
+        waited_ms: u64,
+    },
+
+    /// The key or fingerprint arguments cannot be written as canonical JSON (K2, K3):
+    /// a NaN or infinite float, an unsupported map key, a failing `Serialize` impl.
+    /// Raised before the store is consulted. Stripe/IETF: 400.
+    #[error("arguments of tool `{tool}` cannot be canonicalised: {source}")]
+    Canonical {
+        /// The tool's name.
+        tool: String,
+        /// What was wrong, and where.
+        source: CanonicalError,
+    },
+
+    /// The store could not be reached or answered badly (S10). When this happens before
+    /// the claim, the body did not run. Retryable when [`StoreError::is_transient`].
+    /// Stripe: 5xx, safe to retry with the same key.
+    #[error("idempotency store failed for tool `{tool}`: {source}")]
+    Store {
+        /// The tool's name.
+        tool: String,
+        /// The store's error.
+        source: StoreError,
+    },
+
+    /// A saved outcome could not be decoded as this tool's return type (the type changed
+    /// since it was saved, or the record is corrupt). The body does not run.
+    #[error("saved outcome of key {key} of tool `{tool}` cannot be decoded as the tool's return type: {reason}")]
+    Decode {
+        /// The tool's name.
+        tool: String,
+        /// The idempotency key.
+        key: String,
+        /// The decoder's message.
+        reason: String,
+    },
+}
+
+impl Error {
+    /// Whether retrying the same call later (same key) can succeed: `InProgress`, and
+    /// store errors the store marks transient. The dispatcher retries these (D3).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::InProgress { .. } => true,
+            Error::Store { source, .. } => source.is_transient(),
+            _ => false,
+        }
+    }
+}

@@ -1,0 +1,41 @@
+//! Runtime of [`idem`](https://docs.rs/idem): retry a side-effecting AI-agent tool call
+//! without repeating the side effect.
+//!
+//! Users depend on the `idem` crate, which re-exports everything here together with the
+//! `#[idempotent]` attribute. The rules this crate implements are the ids of the project's
+//! `CONTRACT.md` (K: keys, S: store semantics, D: dispatch, T: test kit), cited in each
+//! item's documentation.
+
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod args;
+pub mod call;
+pub mod canonical;
+pub mod clock;
+pub mod context;
+pub mod engine;
+pub mod envelope;
+pub mod error;
+pub mod key;
+pub mod outcome;
+pub mod scope;
+pub mod spec;
+pub mod store;
+pub mod testkit;
+
+pub use args::ArgsBuilder;
+pub use call::{prepare, PreparedCall};
+pub use canonical::{CanonicalError, CanonicalJson};
+pub use clock::{Clock, SystemClock, Timestamp};
+pub use context::{current_key, AttemptRecord, CallContext, DerivedKey};
+pub use engine::{default_engine, set_default_engine, Engine};
+pub use envelope::Envelope;
+pub use error::Error;
+pub use key::{Fingerprint, IdempotencyKey, KEY_FORMAT_VERSION};
+pub use outcome::{CallRecord, CallStatus, IdempotentError, ToolError, ToolOutput};
+pub use scope::Scope;
+pub use spec::ToolSpec;
+#[cfg(feature = "memory")]
+pub use store::MemoryStore;
+pub use store::{Store, StoreError, StoreErrorKind};

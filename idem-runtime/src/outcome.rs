@@ -1,0 +1,140 @@
+//! What a call did, and how a tool's errors are treated (contract S3, S4, S12).
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Timestamp;
+use crate::error::Error;
+use crate::key::IdempotencyKey;
+
+/// Whether the body ran for this call or a saved outcome was replayed (S12).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallStatus {
+    /// This call claimed the key and ran the body.
+    Executed,
+    /// This call found a saved outcome and returned it without running the body
+    /// (Stripe's `Idempotent-Replayed: true`).
+    Replayed,
+}
+
+/// What one `#[idempotent]` call did, observable without changing the tool's return type
+/// (S12): read it with [`CallContext::last_outcome`](crate::CallContext::last_outcome)
+/// or from a dispatched call's result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallRecord {
+    /// The tool's name.
+    pub tool: String,
+    /// The call's idempotency key (K10).
+    pub key: IdempotencyKey,
+    /// Executed or replayed.
+    pub status: CallStatus,
+    /// When the saved (or now saving) execution claimed the key.
+    pub created_at: Timestamp,
+    /// When the record expires: `created_at + ttl` (S8).
+    pub expires_at: Timestamp,
+    /// For an executed call: whether its outcome was saved. `false` when the store failed
+    /// or a takeover fenced this owner out (S10); the record then stays in progress until
+    /// its lease lapses. Always `true` for a replay.
+    pub recorded: bool,
+    /// Whether this execution took over a claim whose lease had lapsed (S6).
+    pub takeover: bool,
+}
+
+/// The error type of an `#[idempotent]` tool: saved and replayed like a value (S4),
+/// except for the two kinds it identifies.
+///
+/// It must be `Serialize + DeserializeOwned` (it is saved) and `From<idem::Error>` (layer
+/// errors reach the caller through it). Implement the two methods to tell the layer which
+/// errors must not be saved; [`ToolError`] is a ready-made implementation.
+pub trait IdempotentError: Serialize + DeserializeOwned + From<Error> {
+    /// The layer error inside this value, if it came from `From<idem::Error>`. Such errors
+    /// are never saved (S4). Default: `None`.
+    fn idem_error(&self) -> Option<&Error> {
+        None
+    }
+
+    /// `true` when the effect did not happen, or whether it happened is unknown (a
+    /// downstream timeout): the claim is released, nothing is saved, the next attempt
+    /// runs the body again with the same key (S4), and the dispatcher retries it (D3).
+    /// Default: `false` (the error is saved and replayed, as Stripe saves a 500).
+    fn is_retryable(&self) -> bool {
+        self.idem_error().is_some_and(Error::is_transient)
+    }
+}
+
+/// A ready-made tool error type.
+///
+/// ```
+/// use idem_runtime::{IdempotentError, ToolError};
+/// let declined = ToolError::failed("card declined");
+/// assert!(!declined.is_retryable()); // saved and replayed
+/// let timeout = ToolError::retryable("bank API timed out");
+/// assert!(timeout.is_retryable()); // released, run again with the same key
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolError {
+    /// An error of the idempotency layer; never saved.
+    #[error(transparent)]
+    Idem(#[from] Error),
+    /// The tool failed for good; saved and replayed to every retry.
+    #[error("{0}")]
+    Failed(String),
+    /// The effect did not happen or its outcome is unknown; not saved, run again.
+    #[error("retryable: {0}")]
+    Retryable(String),
+}
+
+impl ToolError {
+    /// A final failure, saved and replayed.
+    pub fn failed(message: impl Into<String>) -> Self {
+        ToolError::Failed(message.into())
+    }
+
+    /// A failure after which the effect did not happen (or is unknown): not saved.
+    pub fn retryable(message: impl Into<String>) -> Self {
+        ToolError::Retryable(message.into())
+    }
+}
+
+impl IdempotentError for ToolError {
+    fn idem_error(&self) -> Option<&Error> {
+        match self {
+            ToolError::Idem(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    fn is_retryable(&self) -> bool {
+        match self {
+            ToolError::Idem(e) => e.is_transient(),
+            ToolError::Failed(_) => false,
+            ToolError::Retryable(_) => true,
+        }
+    }
+}
+
+/// The return type of an `#[idempotent]` tool: `Result<T, E>` with a saveable `T` and an
+/// [`IdempotentError`] `E` (contract C2).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be saved and replayed by #[idempotent]",
+    label = "an #[idempotent] tool must return `Result<T, E>` where `T: Serialize + DeserializeOwned` and `E: idem::IdempotentError`",
+    note = "the first outcome is saved as JSON and given back to every retry, so both `T` and `E` must round-trip through serde"
+)]
+pub trait ToolOutput: Sized {
+    /// The success type.
+    type Ok: Serialize + DeserializeOwned;
+    /// The error type.
+    type Err: IdempotentError;
+    /// Wraps a layer error as this return type.
+    fn from_layer_error(error: Error) -> Self;
+}
+
+impl<T: Serialize + DeserializeOwned, E: IdempotentError> ToolOutput for Result<T, E> {
+    type Ok = T;
+    type Err = E;
+    fn from_layer_error(error: Error) -> Self {
+        Err(E::from(error))
+    }
+}

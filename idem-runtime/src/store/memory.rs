@@ -1,0 +1,214 @@
+//! The in-memory store: one process, forgotten on restart.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use tokio::sync::watch;
+
+use super::{
+    ChangeSignal, Claim, ClaimRequest, Completion, OwnerToken, Record, RecordState, Store,
+    StoreFuture, TakeoverRequest,
+};
+use crate::clock::Timestamp;
+use crate::envelope::Envelope;
+use crate::key::IdempotencyKey;
+
+/// How many claims between two sweeps of expired records.
+const SWEEP_EVERY: u64 = 4096;
+
+/// A [`Store`] in this process's memory: every operation is one step under one mutex
+/// (S2), so it is exact within a process and shares nothing across processes or restarts.
+///
+/// Expired records are treated as absent on every read and swept every 4096 claims; live
+/// records are never evicted (S8). Waiting duplicates are woken by a change signal, not
+/// by polling (S5). Every future it returns is ready at once, so sync tools can use it.
+pub struct MemoryStore {
+    state: Mutex<State>,
+    changed: watch::Sender<u64>,
+}
+
+#[derive(Default)]
+struct State {
+    records: HashMap<IdempotencyKey, Record>,
+    claims_since_sweep: u64,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        MemoryStore {
+            state: Mutex::new(State::default()),
+            changed: watch::Sender::new(0),
+        }
+    }
+
+    /// How many records (live or not yet swept) the store holds.
+    pub fn len(&self) -> usize {
+        self.lock().records.len()
+    }
+
+    /// Whether the store holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave a half-written record: every
+        // mutation below is a single insert/remove/assignment.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn notify(&self) {
+        self.changed
+            .send_modify(|version| *version = version.wrapping_add(1));
+    }
+
+    fn live<'s>(
+        state: &'s mut State,
+        key: &IdempotencyKey,
+        now: Timestamp,
+    ) -> Option<&'s mut Record> {
+        state
+            .records
+            .get_mut(key)
+            .filter(|record| now < record.expires_at)
+    }
+
+    fn release_now(&self, key: &IdempotencyKey, owner: OwnerToken) -> bool {
+        let mut state = self.lock();
+        let owned = matches!(
+            state.records.get(key),
+            Some(Record { state: RecordState::InProgress { owner: o, .. }, .. }) if *o == owner
+        );
+        if owned {
+            state.records.remove(key);
+            drop(state);
+            self.notify();
+        }
+        owned
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("records", &self.len())
+            .finish()
+    }
+}
+
+fn ready<'a, T: Send + 'a>(value: T) -> StoreFuture<'a, T> {
+    Box::pin(std::future::ready(Ok(value)))
+}
+
+impl Store for MemoryStore {
+    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, Claim> {
+        let mut state = self.lock();
+        state.claims_since_sweep += 1;
+        if state.claims_since_sweep >= SWEEP_EVERY {
+            state.claims_since_sweep = 0;
+            state
+                .records
+                .retain(|_, record| req.now < record.expires_at);
+        }
+        if let Some(record) = Self::live(&mut state, req.key, req.now) {
+            return ready(Claim::Existing(record.clone()));
+        }
+        state.records.insert(
+            req.key.clone(),
+            Record {
+                fingerprint: req.fingerprint.clone(),
+                created_at: req.now,
+                expires_at: req.expires_at,
+                state: RecordState::InProgress {
+                    owner: req.owner,
+                    lease_until: req.lease_until,
+                },
+            },
+        );
+        ready(Claim::Acquired)
+    }
+
+    fn take_over<'a>(&'a self, req: TakeoverRequest<'a>) -> StoreFuture<'a, bool> {
+        let mut state = self.lock();
+        let Some(record) = Self::live(&mut state, req.key, req.now) else {
+            return ready(false);
+        };
+        let unchanged = matches!(
+            record.state,
+            RecordState::InProgress { owner, lease_until }
+                if owner == req.seen_owner && lease_until == req.seen_lease_until
+        );
+        if unchanged {
+            record.state = RecordState::InProgress {
+                owner: req.owner,
+                lease_until: req.lease_until,
+            };
+            record.created_at = req.now;
+            record.expires_at = req.expires_at;
+        }
+        ready(unchanged)
+    }
+
+    fn complete<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        owner: OwnerToken,
+        outcome: &'a Envelope,
+        now: Timestamp,
+    ) -> StoreFuture<'a, Completion> {
+        let mut state = self.lock();
+        let completion = match Self::live(&mut state, key, now) {
+            Some(record) if matches!(record.state, RecordState::InProgress { owner: o, .. } if o == owner) =>
+            {
+                record.state = RecordState::Completed {
+                    outcome: outcome.clone(),
+                    completed_at: now,
+                };
+                Completion::Saved
+            }
+            _ => Completion::Fenced,
+        };
+        drop(state);
+        if completion == Completion::Saved {
+            self.notify();
+        }
+        ready(completion)
+    }
+
+    fn release<'a>(&'a self, key: &'a IdempotencyKey, owner: OwnerToken) -> StoreFuture<'a, bool> {
+        ready(self.release_now(key, owner))
+    }
+
+    fn read<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        now: Timestamp,
+    ) -> StoreFuture<'a, Option<Record>> {
+        let mut state = self.lock();
+        ready(Self::live(&mut state, key, now).cloned())
+    }
+
+    fn release_on_drop(&self, key: &IdempotencyKey, owner: OwnerToken) {
+        self.release_now(key, owner);
+    }
+
+    fn watch(&self, _key: &IdempotencyKey) -> Option<ChangeSignal> {
+        let mut receiver = self.changed.subscribe();
+        Some(Box::pin(async move {
+            // An error means the store was dropped: nothing more will change.
+            let _ = receiver.changed().await;
+        }))
+    }
+
+    fn backend(&self) -> &'static str {
+        "memory"
+    }
+}

@@ -1,0 +1,264 @@
+//! The store: where claims and saved outcomes live (contract S1–S11).
+//!
+//! A store keeps one [`Record`] per idempotency key and moves it through
+//! `absent → in progress → completed` (S1) with operations that are each **one atomic
+//! step** (S2): [`Store::claim`] is insert-if-absent, [`Store::take_over`] and
+//! [`Store::complete`] are compare-and-set on the owner token. The protocol that drives
+//! these steps lives in [`crate::call`]; stores only keep state.
+//!
+//! Methods return boxed `Send` futures so that network stores never block an executor
+//! thread; in-process stores return futures that are ready at once, which is what lets
+//! sync tools drive them without an async runtime.
+
+#[cfg(feature = "memory")]
+mod memory;
+
+#[cfg(feature = "memory")]
+pub use memory::MemoryStore;
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Timestamp;
+use crate::envelope::Envelope;
+use crate::key::{Fingerprint, IdempotencyKey};
+
+/// A boxed `Send` future returning `Result<T, StoreError>`.
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// A boxed `Send` future that completes when a key's record may have changed.
+pub type ChangeSignal = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// The random token that identifies one claim's owner; fences stale owners (S6).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct OwnerToken(u128);
+
+impl OwnerToken {
+    /// A fresh random token (122 random bits, UUID v4).
+    pub fn random() -> Self {
+        OwnerToken(uuid::Uuid::new_v4().as_u128())
+    }
+
+    /// The token as a number, for stores that keep it in a column.
+    pub fn as_u128(self) -> u128 {
+        self.0
+    }
+
+    /// A token read back from a store.
+    pub fn from_u128(raw: u128) -> Self {
+        OwnerToken(raw)
+    }
+}
+
+impl fmt::Debug for OwnerToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "OwnerToken({:032x})", self.0)
+    }
+}
+
+/// One key's stored state (S1). A record whose `expires_at` is at or before "now" is
+/// expired and behaves as absent (S8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// Fingerprint of the arguments that claimed the key (S9).
+    pub fingerprint: Fingerprint,
+    /// When the execution that owns (or owned) the record claimed it.
+    pub created_at: Timestamp,
+    /// `created_at + ttl`: live while now < `expires_at`, expired from that instant (S8).
+    pub expires_at: Timestamp,
+    /// In progress or completed.
+    pub state: RecordState,
+}
+
+/// The two live states of a record (S1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordState {
+    /// A caller holds the claim and is running the body.
+    InProgress {
+        /// Who holds the claim.
+        owner: OwnerToken,
+        /// When the claim lapses: from this instant another caller may take over (S6).
+        lease_until: Timestamp,
+    },
+    /// The body ran and its outcome is saved.
+    Completed {
+        /// The saved outcome (S11).
+        outcome: Envelope,
+        /// When the outcome was saved.
+        completed_at: Timestamp,
+    },
+}
+
+/// Arguments of [`Store::claim`].
+#[derive(Debug, Clone)]
+pub struct ClaimRequest<'a> {
+    /// The key to claim.
+    pub key: &'a IdempotencyKey,
+    /// Fingerprint to store with a new claim.
+    pub fingerprint: &'a Fingerprint,
+    /// Owner of the new claim.
+    pub owner: OwnerToken,
+    /// The engine clock's "now": decides expiry.
+    pub now: Timestamp,
+    /// Lease deadline of the new claim.
+    pub lease_until: Timestamp,
+    /// Expiry of the new record (`now + ttl`).
+    pub expires_at: Timestamp,
+}
+
+/// What [`Store::claim`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// The key was absent or expired: a new in-progress record now belongs to the caller.
+    Acquired,
+    /// A live record exists (in progress or completed, any fingerprint); nothing changed.
+    Existing(Record),
+}
+
+/// Arguments of [`Store::take_over`]: replace an in-progress record whose lease lapsed.
+#[derive(Debug, Clone)]
+pub struct TakeoverRequest<'a> {
+    /// The key.
+    pub key: &'a IdempotencyKey,
+    /// The owner seen in the lapsed record: the compare-and-set succeeds only if the
+    /// record is still in progress with this owner and this lease deadline.
+    pub seen_owner: OwnerToken,
+    /// The lease deadline seen in the lapsed record.
+    pub seen_lease_until: Timestamp,
+    /// The new owner.
+    pub owner: OwnerToken,
+    /// The engine clock's "now".
+    pub now: Timestamp,
+    /// The new lease deadline.
+    pub lease_until: Timestamp,
+    /// The new expiry (`now + ttl`).
+    pub expires_at: Timestamp,
+}
+
+/// What [`Store::complete`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Completion {
+    /// The outcome is saved.
+    Saved,
+    /// The record no longer belongs to this owner (its lease lapsed and another caller
+    /// took over, or it expired): nothing was written (fencing, S6).
+    Fenced,
+}
+
+/// A store failure (S10). Serializable so that it can travel inside [`crate::Error`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[error("{backend} store: {kind}: {message}")]
+pub struct StoreError {
+    /// Which backend failed (`memory`, `sqlite`, `redis`, `postgres`, …).
+    pub backend: String,
+    /// What kind of failure.
+    pub kind: StoreErrorKind,
+    /// The backend's message.
+    pub message: String,
+}
+
+/// Kinds of [`StoreError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum StoreErrorKind {
+    /// The store could not be reached or timed out: retrying later may succeed.
+    Unavailable,
+    /// A stored record could not be read back (corrupt or from an unknown format).
+    Corrupt,
+    /// The store cannot serve this call (for example a network store used from a sync
+    /// tool inside an async runtime).
+    Unsupported,
+}
+
+impl fmt::Display for StoreErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            StoreErrorKind::Unavailable => "unavailable",
+            StoreErrorKind::Corrupt => "corrupt record",
+            StoreErrorKind::Unsupported => "unsupported",
+        })
+    }
+}
+
+impl StoreError {
+    /// A new error.
+    pub fn new(
+        backend: impl Into<String>,
+        kind: StoreErrorKind,
+        message: impl Into<String>,
+    ) -> Self {
+        StoreError {
+            backend: backend.into(),
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// Whether retrying later may succeed ([`StoreErrorKind::Unavailable`]).
+    pub fn is_transient(&self) -> bool {
+        self.kind == StoreErrorKind::Unavailable
+    }
+}
+
+/// Keeps idempotency records. Every method is one atomic step on one key (S2).
+///
+/// Implementations must treat a record with `expires_at <= now` as absent (S8), must never
+/// drop a live record early (no LRU eviction), and must compare owner tokens on
+/// [`take_over`](Store::take_over), [`complete`](Store::complete) and
+/// [`release`](Store::release) (S6).
+pub trait Store: Send + Sync + fmt::Debug + 'static {
+    /// Insert-if-absent: if the key is absent or expired, store a new in-progress record
+    /// owned by `req.owner` and return [`Claim::Acquired`]; otherwise return the live
+    /// record untouched as [`Claim::Existing`].
+    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, Claim>;
+
+    /// Compare-and-set: if the key's record is still in progress with
+    /// `req.seen_owner` and `req.seen_lease_until`, make `req.owner` its owner with the
+    /// new lease and expiry and return `true`; otherwise change nothing and return `false`.
+    fn take_over<'a>(&'a self, req: TakeoverRequest<'a>) -> StoreFuture<'a, bool>;
+
+    /// Compare-and-set: if the key's record is in progress and owned by `owner`, save
+    /// `outcome` (keeping `created_at` and `expires_at`) and return [`Completion::Saved`];
+    /// otherwise change nothing and return [`Completion::Fenced`].
+    fn complete<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        owner: OwnerToken,
+        outcome: &'a Envelope,
+        now: Timestamp,
+    ) -> StoreFuture<'a, Completion>;
+
+    /// Compare-and-delete: if the key's record is in progress and owned by `owner`, remove
+    /// it and return `true`; otherwise change nothing and return `false` (S4, S7).
+    fn release<'a>(&'a self, key: &'a IdempotencyKey, owner: OwnerToken) -> StoreFuture<'a, bool>;
+
+    /// The live record of `key` at `now`, if any.
+    fn read<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        now: Timestamp,
+    ) -> StoreFuture<'a, Option<Record>>;
+
+    /// Best-effort release from a `Drop` guard, which cannot await (S7). In-process
+    /// stores release at once; network stores may spawn the release or do nothing and
+    /// let the lease lapse. The default does nothing.
+    fn release_on_drop(&self, key: &IdempotencyKey, owner: OwnerToken) {
+        let _ = (key, owner);
+    }
+
+    /// A signal that completes when `key`'s record may have changed after this call,
+    /// so that waiting duplicates wake without polling (S5). `None` (the default): the
+    /// caller polls with backoff instead.
+    fn watch(&self, key: &IdempotencyKey) -> Option<ChangeSignal> {
+        let _ = key;
+        None
+    }
+
+    /// The backend's name for errors and logs.
+    fn backend(&self) -> &'static str;
+}
