@@ -14,6 +14,7 @@ pub mod call;
 pub mod canonical;
 pub mod clock;
 pub mod context;
+pub mod dispatch;
 pub mod engine;
 pub mod envelope;
 pub mod error;

@@ -1,0 +1,213 @@
+//! A tool the dispatcher can call with JSON arguments.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::context::CallContext;
+use crate::error::Error;
+use crate::outcome::{CallRecord, IdempotentError};
+
+/// A boxed `Send` future of a [`ToolReply`].
+pub type ReplyFuture = Pin<Box<dyn Future<Output = ToolReply> + Send + 'static>>;
+
+type CallFn = dyn Fn(Value, CallContext) -> ReplyFuture + Send + Sync;
+
+/// A named tool that takes JSON arguments, as the dispatcher calls it.
+///
+/// `#[idempotent]` generates one for every free, non-generic tool fn
+/// (`send_refund::tool()`); [`Tool::from_async`] and [`Tool::from_sync`] build one from a
+/// closure (for methods: capture the receiver). The arguments object is deserialized into
+/// `A` (a struct whose fields are the parameters); arguments that do not fit give a
+/// [`FailureKind::BadArguments`] reply and the tool does not run (D2).
+#[derive(Clone)]
+pub struct Tool {
+    name: Arc<str>,
+    call: Arc<CallFn>,
+}
+
+impl fmt::Debug for Tool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tool")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one tool call returned, as JSON, with what the idempotency layer did (S12).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolReply {
+    /// The tool's `Ok` value, or why it failed.
+    pub result: Result<Value, ToolFailure>,
+    /// Executed or replayed, the key, timestamps; `None` when the call never reached the
+    /// store (bad arguments, missing scope, canonicalisation error).
+    pub record: Option<CallRecord>,
+}
+
+/// Why a dispatched tool call failed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolFailure {
+    /// Which kind of failure.
+    pub kind: FailureKind,
+    /// A message for the model and the logs.
+    pub message: String,
+    /// Whether retrying the same call (same key) may succeed (D3): layer errors that are
+    /// transient, and tool errors marked [`IdempotentError::is_retryable`].
+    pub retryable: bool,
+    /// The tool's error value as JSON (`null` for bad arguments).
+    pub error: Value,
+}
+
+/// Kinds of [`ToolFailure`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// The arguments were not valid JSON or did not fit the tool's parameters (D2).
+    BadArguments,
+    /// No tool of that name is registered (D2).
+    UnknownTool,
+    /// The idempotency layer failed (missing scope, mismatch, in progress, store, …).
+    Layer,
+    /// The tool returned an error (saved and replayed unless retryable).
+    Tool,
+    /// The response was lost on the way back (a transport timeout; T2).
+    Transport,
+}
+
+impl ToolFailure {
+    /// A failure with no error value.
+    pub fn new(kind: FailureKind, message: impl Into<String>, retryable: bool) -> Self {
+        ToolFailure {
+            kind,
+            message: message.into(),
+            retryable,
+            error: Value::Null,
+        }
+    }
+
+    fn from_tool_error<E: IdempotentError + fmt::Display>(error: &E) -> Self {
+        let (kind, retryable) = match error.idem_error() {
+            Some(layer) => (FailureKind::Layer, layer.is_transient()),
+            None => (FailureKind::Tool, error.is_retryable()),
+        };
+        ToolFailure {
+            kind,
+            message: error.to_string(),
+            retryable,
+            error: serde_json::to_value(error).unwrap_or(Value::Null),
+        }
+    }
+}
+
+fn reply<T: Serialize, E: IdempotentError + fmt::Display>(
+    outcome: Result<T, E>,
+    context: &CallContext,
+) -> ToolReply {
+    let result = match outcome {
+        Ok(value) => serde_json::to_value(&value).map_err(|e| {
+            ToolFailure::new(
+                FailureKind::Layer,
+                format!("the tool's value cannot be written as JSON: {e}"),
+                false,
+            )
+        }),
+        Err(error) => Err(ToolFailure::from_tool_error(&error)),
+    };
+    ToolReply {
+        result,
+        record: context.last_outcome(),
+    }
+}
+
+fn bad_arguments(tool: &str, error: serde_json::Error) -> ToolReply {
+    ToolReply {
+        result: Err(ToolFailure::new(
+            FailureKind::BadArguments,
+            format!("arguments do not fit tool `{tool}`: {error}"),
+            false,
+        )),
+        record: None,
+    }
+}
+
+impl Tool {
+    /// A tool from an async closure taking the deserialized arguments and the call's
+    /// context. The closure's future runs with the context in force.
+    pub fn from_async<A, T, E, F, Fut>(name: impl Into<Arc<str>>, f: F) -> Tool
+    where
+        A: DeserializeOwned + Send + 'static,
+        T: Serialize + 'static,
+        E: IdempotentError + fmt::Display + 'static,
+        F: Fn(A, CallContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<T, E>> + Send + 'static,
+    {
+        let name: Arc<str> = name.into();
+        let tool_name = Arc::clone(&name);
+        let call = move |arguments: Value, context: CallContext| -> ReplyFuture {
+            let args = match A::deserialize(arguments) {
+                Ok(args) => args,
+                Err(e) => return Box::pin(std::future::ready(bad_arguments(&tool_name, e))),
+            };
+            let future = context.scope(f(args, context.clone()));
+            Box::pin(async move {
+                let outcome = future.await;
+                reply(outcome, &context)
+            })
+        };
+        Tool {
+            name,
+            call: Arc::new(call),
+        }
+    }
+
+    /// A tool from a sync closure; it runs on the dispatching task with the context in
+    /// force.
+    pub fn from_sync<A, T, E, F>(name: impl Into<Arc<str>>, f: F) -> Tool
+    where
+        A: DeserializeOwned + Send + 'static,
+        T: Serialize + 'static,
+        E: IdempotentError + fmt::Display + 'static,
+        F: Fn(A, CallContext) -> Result<T, E> + Send + Sync + 'static,
+    {
+        let name: Arc<str> = name.into();
+        let tool_name = Arc::clone(&name);
+        let call = move |arguments: Value, context: CallContext| -> ReplyFuture {
+            let reply = match A::deserialize(arguments) {
+                Ok(args) => reply(context.enter(|| f(args, context.clone())), &context),
+                Err(e) => bad_arguments(&tool_name, e),
+            };
+            Box::pin(std::future::ready(reply))
+        };
+        Tool {
+            name,
+            call: Arc::new(call),
+        }
+    }
+
+    /// The tool's name, as the model calls it.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Calls the tool with a JSON arguments object under `context`.
+    pub fn call(&self, arguments: Value, context: CallContext) -> ReplyFuture {
+        (self.call)(arguments, context)
+    }
+}
+
+/// Turns a layer error into a reply (for dispatchers that fail before calling the tool).
+impl From<Error> for ToolFailure {
+    fn from(error: Error) -> Self {
+        ToolFailure {
+            kind: FailureKind::Layer,
+            retryable: error.is_transient(),
+            message: error.to_string(),
+            error: serde_json::to_value(&error).unwrap_or(Value::Null),
+        }
+    }
+}
