@@ -179,8 +179,10 @@ impl PreparedCall {
         let started = clock.now();
         let wait_until = started.saturating_add(self.spec.wait);
         let mut poll = POLL_MIN;
+        // Subscribed only once the key is seen in progress (then looked at again before
+        // waiting), so the common paths pay nothing for it.
+        let mut change: Option<Option<crate::store::ChangeSignal>> = None;
         loop {
-            let change = store.watch(&self.key);
             let now = clock.now();
             let owner = OwnerToken::random();
             let lease_until = now.saturating_add(self.spec.lease);
@@ -265,15 +267,20 @@ impl PreparedCall {
                     waited_ms: duration_millis(now.saturating_since(started)),
                 });
             }
+            let Some(signal) = change.take() else {
+                change = Some(store.watch(&self.key));
+                continue; // subscribed: look once more before waiting, so no change is missed
+            };
             let deadline = clock.sleep_until(wait_until.min(seen_lease_until));
-            match change {
-                Some(change) => drop(select(change, deadline).await),
+            match signal {
+                Some(signal) => drop(select(signal, deadline).await),
                 None => {
                     let tick = futures_timer::Delay::new(poll);
                     poll = (poll * 2).min(POLL_MAX);
                     drop(select(tick, deadline).await);
                 }
             }
+            change = Some(store.watch(&self.key)); // before the next look
         }
     }
 

@@ -8,9 +8,11 @@
 //! ```
 //!
 //! `version` is [`Envelope::VERSION`]; `ok` holds the tool's `Ok` value, `err` its saved
-//! `Err` value (S4), each as serde_json writes the tool's type, except that floats must be
-//! finite (a NaN would be written as `null` and could not be replayed as the same value).
-//! Members may come in any order. `tests/golden_envelope.rs` pins this format.
+//! `Err` value (S4), each as serde_json writes the tool's type, with two differences:
+//! object members are written sorted (RFC 8785 order), and floats must be finite (a NaN
+//! would be written as `null` and could not be replayed as the same value). Integers are
+//! exact. A reader accepts the members in any order. `idem-runtime/tests/golden_envelope.rs`
+//! pins this format.
 
 use std::fmt;
 use std::marker::PhantomData;

@@ -1,0 +1,161 @@
+//! Shared helpers of the protocol tests: an engine over a memory store and a manual
+//! clock, a spec builder, and a store wrapper that injects faults.
+
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_runtime::envelope::Envelope;
+use idem_runtime::key::IdempotencyKey;
+use idem_runtime::store::{
+    ChangeSignal, Claim, ClaimRequest, Completion, OwnerToken, Record, StoreFuture, TakeoverRequest,
+};
+use idem_runtime::testkit::{EffectLog, ManualClock};
+use idem_runtime::{
+    prepare, CallContext, Engine, MemoryStore, Scope, Store, StoreError, StoreErrorKind, Timestamp,
+    ToolError, ToolSpec,
+};
+
+pub struct Harness {
+    pub store: Arc<MemoryStore>,
+    pub clock: ManualClock,
+    pub engine: Engine,
+    pub log: EffectLog,
+}
+
+impl Harness {
+    pub fn new() -> Self {
+        let store = Arc::new(MemoryStore::new());
+        let clock = ManualClock::new();
+        let engine = Engine::from_shared(store.clone(), Arc::new(clock.clone()));
+        Harness {
+            store,
+            clock,
+            engine,
+            log: EffectLog::new(),
+        }
+    }
+
+    pub fn with_store(store: Arc<dyn Store>) -> (Self, Engine) {
+        let h = Harness::new();
+        let engine = Engine::from_shared(store, Arc::new(h.clock.clone()));
+        (h, engine)
+    }
+
+    pub fn ctx(&self, conversation: &str) -> CallContext {
+        CallContext::new()
+            .with_engine(self.engine.clone())
+            .with_conversation(conversation)
+    }
+
+    pub fn now(&self) -> Timestamp {
+        use idem_runtime::Clock;
+        self.clock.now()
+    }
+}
+
+/// A `'static` spec with the given spans (ms).
+pub fn spec(name: &'static str, ttl_ms: u64, lease_ms: u64, wait_ms: u64) -> &'static ToolSpec {
+    Box::leak(Box::new(ToolSpec {
+        name,
+        scope: Scope::Conversation,
+        ttl: Duration::from_millis(ttl_ms),
+        lease: Duration::from_millis(lease_ms),
+        wait: Duration::from_millis(wait_ms),
+    }))
+}
+
+pub fn default_spec() -> &'static ToolSpec {
+    spec("send_refund", 86_400_000, 60_000, 5_000)
+}
+
+/// The demo tool: refunds `order`, records the effect, returns `order * 100`.
+pub async fn refund(
+    spec: &'static ToolSpec,
+    ctx: &CallContext,
+    log: &EffectLog,
+    order: u64,
+) -> Result<u64, ToolError> {
+    let prepared = prepare(spec, Some(ctx), |a| a.key("order", &order).map(drop))?;
+    prepared
+        .run(async {
+            log.record(spec.name, order.to_string());
+            Ok(order * 100)
+        })
+        .await
+}
+
+/// The key a call would get, without running it.
+pub fn key_of(spec: &'static ToolSpec, ctx: &CallContext, order: u64) -> IdempotencyKey {
+    prepare(spec, Some(ctx), |a| a.key("order", &order).map(drop))
+        .unwrap()
+        .key()
+        .clone()
+}
+
+/// A store that wraps a memory store and fails chosen operations on demand.
+#[derive(Debug, Default)]
+pub struct FaultyStore {
+    pub inner: MemoryStore,
+    pub fail_claim: AtomicBool,
+    pub fail_complete: AtomicBool,
+    pub fail_release: AtomicBool,
+    pub claims: AtomicUsize,
+}
+
+fn unavailable<'a, T: Send + 'a>() -> StoreFuture<'a, T> {
+    Box::pin(std::future::ready(Err(StoreError::new(
+        "faulty",
+        StoreErrorKind::Unavailable,
+        "connection refused",
+    ))))
+}
+
+impl Store for FaultyStore {
+    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, Claim> {
+        self.claims.fetch_add(1, Ordering::SeqCst);
+        if self.fail_claim.load(Ordering::SeqCst) {
+            return unavailable();
+        }
+        self.inner.claim(req)
+    }
+    fn take_over<'a>(&'a self, req: TakeoverRequest<'a>) -> StoreFuture<'a, bool> {
+        self.inner.take_over(req)
+    }
+    fn complete<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        owner: OwnerToken,
+        outcome: &'a Envelope,
+        now: Timestamp,
+    ) -> StoreFuture<'a, Completion> {
+        if self.fail_complete.load(Ordering::SeqCst) {
+            return unavailable();
+        }
+        self.inner.complete(key, owner, outcome, now)
+    }
+    fn release<'a>(&'a self, key: &'a IdempotencyKey, owner: OwnerToken) -> StoreFuture<'a, bool> {
+        if self.fail_release.load(Ordering::SeqCst) {
+            return unavailable();
+        }
+        self.inner.release(key, owner)
+    }
+    fn read<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        now: Timestamp,
+    ) -> StoreFuture<'a, Option<Record>> {
+        self.inner.read(key, now)
+    }
+    fn release_on_drop(&self, key: &IdempotencyKey, owner: OwnerToken) {
+        self.inner.release_on_drop(key, owner)
+    }
+    fn watch(&self, key: &IdempotencyKey) -> Option<ChangeSignal> {
+        self.inner.watch(key)
+    }
+    fn backend(&self) -> &'static str {
+        "faulty"
+    }
+}
