@@ -11,10 +11,11 @@
 //! - a Gemini `contents` history (an array of contents or `{"contents":[…]}`) and an
 //!   OpenAI Responses item list.
 //!
-//! The output is one [`Turn`] per assistant message, each with its [`ToolCall`]s. A call
-//! whose arguments are unusable keeps an [`ArgumentError`] (D2: it alone gets an error
-//! result); a document that cannot be read at all is a [`ParseError`] naming the path and
-//! what was expected there. No input panics.
+//! The output is one [`Turn`] per assistant message, each with its
+//! [`ToolCall`](crate::dispatch::ToolCall)s. A call whose arguments are unusable keeps an
+//! [`ArgumentError`] (D2: it alone gets an error result); a document that cannot be read
+//! at all is a [`ParseError`] naming the path and what was expected there. No input
+//! panics.
 //!
 //! ```
 //! use idem_runtime::dispatch::{parse_turns_str, Provider};
