@@ -31,6 +31,7 @@ use crate::dispatch::{
     ToolFailure, ToolReply, ToolRequest, Transport, Turn, TurnOutcome,
 };
 use crate::engine::Engine;
+use crate::key::IdempotencyKey;
 
 /// Runs the tool calls of assistant messages against registered [`Tool`]s, with retries
 /// that carry each call's key (D2–D5).
@@ -168,7 +169,7 @@ impl Dispatcher {
     pub async fn dispatch_call(&self, call: &ToolCall, conversation: &Conversation) -> CallReport {
         let (tool, arguments) = match self.runnable(call) {
             Ok(runnable) => runnable,
-            Err(failure) => return self.report(call, Vec::new(), None, failure_reply(failure)),
+            Err(failure) => return report(call, Vec::new(), None, failure_reply(failure)),
         };
         let record = AttemptRecord::new();
         let mut attempts: Vec<Attempt> = Vec::new();
@@ -201,7 +202,7 @@ impl Dispatcher {
         }
         let reply = final_reply(&attempts, self.retry.max_attempts());
         let key = record.derived().map(|derived| derived.key);
-        self.report(call, attempts, key, reply)
+        report(call, attempts, key, reply)
     }
 
     /// The tool and arguments of `call`, or the failure that keeps it from running (D2).
@@ -228,22 +229,21 @@ impl Dispatcher {
             )),
         }
     }
+}
 
-    fn report(
-        &self,
-        call: &ToolCall,
-        attempts: Vec<Attempt>,
-        key: Option<crate::key::IdempotencyKey>,
-        reply: ToolReply,
-    ) -> CallReport {
-        CallReport {
-            id: call.id.clone(),
-            tool: call.name.clone(),
-            result: call_result(call, &reply.result),
-            attempts,
-            reply,
-            key,
-        }
+fn report(
+    call: &ToolCall,
+    attempts: Vec<Attempt>,
+    key: Option<IdempotencyKey>,
+    reply: ToolReply,
+) -> CallReport {
+    CallReport {
+        id: call.id.clone(),
+        tool: call.name.clone(),
+        result: call_result(call, &reply.result),
+        attempts,
+        reply,
+        key,
     }
 }
 

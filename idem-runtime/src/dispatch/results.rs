@@ -18,12 +18,14 @@
 //! string `content`; Responses `function_call_output` input item: `call_id`, `output` "a
 //! JSON string of the output"); Anthropic tool-use guide (`tool_result` blocks in a `user`
 //! message, `is_error`; results of parallel calls go in one message); Gemini API reference
-//! (`FunctionResponse`: `name`, `id` matching the call's id when it had one, `response` a
-//! JSON object whose `error` key reports a failure; the function-calling guide returns
-//! `{"result": …}` and sends responses with role `user`); MCP specification 2025-11-25,
-//! server/tools (`CallToolResult`: `content`, `structuredContent` a JSON object,
-//! `isError`; unknown tools and malformed requests are JSON-RPC errors, code `-32602`;
-//! input validation errors are tool execution errors with `isError: true`).
+//! (`FunctionResponse`: `name`; `id` "populated by the client to match the corresponding
+//! function call id", so only when the call had one; `response` a JSON object in which
+//! callers may use keys of their choice for the output, such as `result` or `output`, and
+//! an `error` key reports a failure; function responses go back in a `user` content);
+//! MCP specification 2025-11-25, server/tools (`CallToolResult`: `content`,
+//! `structuredContent` a JSON object, `isError`; unknown tools and malformed requests are
+//! JSON-RPC errors, code `-32602`; input validation errors are tool execution errors with
+//! `isError: true`).
 
 use serde_json::{json, Map, Value};
 

@@ -13,12 +13,12 @@ use crate::dispatch::Sleeper;
 ///
 /// ```
 /// use std::time::Duration;
-/// use idem_runtime::dispatch::{Jitter, RetryPolicy};
+/// use idem_runtime::dispatch::{Jitter, RetryPolicy, Sleeper};
 /// use idem_runtime::testkit::RecordingSleeper;
 /// let sleeper = RecordingSleeper::new();
 /// let policy = RetryPolicy::new().with_sleeper(sleeper.clone()).with_jitter(Jitter::None);
-/// # let _ = policy;
-/// assert!(sleeper.delays().is_empty());
+/// pollster::block_on(sleeper.sleep(policy.delay_before(2))); // returns at once
+/// assert_eq!(sleeper.delays(), [Duration::from_millis(200)]); // the default base
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct RecordingSleeper {
