@@ -343,3 +343,29 @@ proptest! {
         prop_assert_eq!(turns[0].calls.len(), 2);
     }
 }
+
+// pins D1: a Responses item list that mixes in another format's message is refused, not
+// read with that message's calls silently dropped
+#[test]
+fn mixed_formats_in_an_item_list_are_refused() {
+    let document = json!([
+        {"type": "function_call", "call_id": "c1", "name": "t", "arguments": "{}"},
+        {"role": "assistant", "tool_calls": [
+            {"id": "c2", "type": "function", "function": {"name": "t", "arguments": "{}"}}]},
+    ]);
+    match parse_error(document) {
+        ParseError::Malformed { provider, path, .. } => {
+            assert_eq!(
+                (provider, path.as_str()),
+                (Provider::OpenAiResponses, "$[1]")
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let text_only = json!([
+        {"type": "function_call", "call_id": "c1", "name": "t", "arguments": "{}"},
+        {"role": "assistant", "content": "calling t"},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "calling t"}]},
+    ]);
+    assert_eq!(parse_turns(&text_only).unwrap()[0].calls.len(), 1);
+}

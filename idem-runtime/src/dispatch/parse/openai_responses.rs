@@ -107,8 +107,32 @@ fn item_call(item: &Value, path: &JsonPath) -> Result<Option<ToolCall>, ParseErr
             "a `function_call` item (custom tools with free-form input are not dispatched)",
             object.get("type"),
         )),
-        _ => Ok(None),
+        Some(_) => Ok(None),
+        // An item without a `type` is a plain message; one that carries another format's
+        // calls means the list mixes formats, and those calls would be lost.
+        None if carries_other_calls(object) => Err(READER.malformed(
+            path,
+            "a Responses item (this list mixes formats: pass each provider's messages separately)",
+            Some(item),
+        )),
+        None => Ok(None),
     }
+}
+
+/// Whether a message holds tool calls in the Chat, Anthropic or Gemini format.
+fn carries_other_calls(object: &Map<String, Value>) -> bool {
+    let anthropic_blocks = object
+        .get("content")
+        .and_then(Value::as_array)
+        .is_some_and(|blocks| {
+            blocks
+                .iter()
+                .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_use"))
+        });
+    ["tool_calls", "function_call", "parts"]
+        .iter()
+        .any(|name| object.contains_key(*name))
+        || anthropic_blocks
 }
 
 fn function_call(object: &Map<String, Value>, path: &JsonPath) -> Result<ToolCall, ParseError> {
