@@ -1,0 +1,284 @@
+//! Running one assistant message's tool calls (contract D2–D4, K9).
+//!
+//! ```text
+//! dispatch_turn:  join_all(calls)                                         (D4: concurrent)
+//! one call:       unknown tool / unusable arguments ──→ error result, no run    (D2)
+//!                 record = AttemptRecord::new()                 (K9: one per call)
+//!                 attempt 1..=max: context(conversation, call id, record)
+//!                                  → transport → reply
+//!                                  transient? ── yes ─→ backoff + jitter, again (D3)
+//!                                              └ no ──→ done
+//!                 → CallReport { attempts, reply, key, provider-shaped result } (D5)
+//! ```
+//! Calls of one message that share a key (the model emitted the same call twice) both
+//! reach the store: one claims and runs, the others wait for its outcome and replay it
+//! (S5), so there is one effect and every caller gets the result (D4). The dispatcher
+//! never deduplicates calls itself and never cancels an attempt in flight: cancelling
+//! would release the claim (S7) of a body that may already have had its effect.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use serde_json::Value;
+
+use crate::context::AttemptRecord;
+use crate::dispatch::results::call_result;
+use crate::dispatch::retry::is_transient;
+use crate::dispatch::{
+    Attempt, CallReport, Conversation, FailureKind, InProcess, RetryPolicy, Tool, ToolCall,
+    ToolFailure, ToolReply, ToolRequest, Transport, Turn, TurnOutcome,
+};
+use crate::engine::Engine;
+use crate::key::IdempotencyKey;
+
+/// Runs the tool calls of assistant messages against registered [`Tool`]s, with retries
+/// that carry each call's key (D2–D5).
+///
+/// ```
+/// use idem_runtime::dispatch::{parse_turns_str, Conversation, Dispatcher, RetryPolicy, Tool};
+/// use idem_runtime::{Engine, ToolError};
+/// #[derive(serde::Deserialize)]
+/// struct Args { city: String }
+/// let dispatcher = Dispatcher::builder()
+///     .tool(Tool::from_sync("get_weather", |a: Args, _ctx| Ok::<_, ToolError>(format!("sunny in {}", a.city))))
+///     .engine(Engine::in_memory())
+///     .retry(RetryPolicy::immediate(3))
+///     .build()?;
+/// let turns = parse_turns_str(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call",
+///     "params":{"name":"get_weather","arguments":{"city":"Oslo"}}}"#)?;
+/// let outcome = pollster::block_on(dispatcher.dispatch_turn(&turns[0], &Conversation::new("conv_1")));
+/// assert!(outcome.all_ok());
+/// assert_eq!(outcome.messages()[0]["result"]["content"][0]["text"], "\"sunny in Oslo\"");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Dispatcher {
+    tools: Arc<HashMap<String, Tool>>,
+    engine: Option<Engine>,
+    retry: RetryPolicy,
+    transport: Arc<dyn Transport>,
+}
+
+/// Builds a [`Dispatcher`]; see [`Dispatcher::builder`].
+#[derive(Debug, Default)]
+pub struct DispatcherBuilder {
+    tools: Vec<Tool>,
+    engine: Option<Engine>,
+    retry: Option<RetryPolicy>,
+    transport: Option<Arc<dyn Transport>>,
+}
+
+/// Why a [`DispatcherBuilder`] could not build.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// Two registered tools have the same name: a model call could not be routed.
+    #[error("two tools are registered under the name `{name}`")]
+    DuplicateTool {
+        /// The name.
+        name: String,
+    },
+}
+
+impl DispatcherBuilder {
+    /// Registers `tool` under its [`name`](Tool::name).
+    pub fn tool(mut self, tool: Tool) -> Self {
+        self.tools.push(tool);
+        self
+    }
+
+    /// Registers every tool of `tools`.
+    pub fn tools(mut self, tools: impl IntoIterator<Item = Tool>) -> Self {
+        self.tools.extend(tools);
+        self
+    }
+
+    /// Uses `engine` for calls whose [`Conversation`] sets none. Without it, calls use
+    /// the process-wide default engine ([`default_engine`](crate::default_engine)).
+    pub fn engine(mut self, engine: Engine) -> Self {
+        self.engine = Some(engine);
+        self
+    }
+
+    /// Retries by `policy` (default [`RetryPolicy::new`]: 3 attempts, 200 ms base, 5 s
+    /// cap, full jitter).
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = Some(policy);
+        self
+    }
+
+    /// Sends attempts through `transport` (default [`InProcess`]).
+    pub fn transport(mut self, transport: impl Transport) -> Self {
+        self.transport = Some(Arc::new(transport));
+        self
+    }
+
+    /// The dispatcher.
+    ///
+    /// # Errors
+    /// [`BuildError::DuplicateTool`] when two tools share a name.
+    pub fn build(self) -> Result<Dispatcher, BuildError> {
+        let mut tools = HashMap::with_capacity(self.tools.len());
+        for tool in self.tools {
+            let name = tool.name().to_owned();
+            if tools.insert(name.clone(), tool).is_some() {
+                return Err(BuildError::DuplicateTool { name });
+            }
+        }
+        Ok(Dispatcher {
+            tools: Arc::new(tools),
+            engine: self.engine,
+            retry: self.retry.unwrap_or_default(),
+            transport: self.transport.unwrap_or_else(|| Arc::new(InProcess)),
+        })
+    }
+}
+
+impl Dispatcher {
+    /// A builder with no tools, the default engine, retry policy and transport.
+    pub fn builder() -> DispatcherBuilder {
+        DispatcherBuilder::default()
+    }
+
+    /// The tool registered as `name`.
+    pub fn tool(&self, name: &str) -> Option<&Tool> {
+        self.tools.get(name)
+    }
+
+    /// Runs every call of `turn` concurrently under `conversation` and reports each
+    /// (D4). Never fails as a whole: a call that cannot run gets an error result (D2).
+    pub async fn dispatch_turn(&self, turn: &Turn, conversation: &Conversation) -> TurnOutcome {
+        let calls = join_all(
+            turn.calls
+                .iter()
+                .map(|call| self.dispatch_call(call, conversation)),
+        )
+        .await;
+        TurnOutcome {
+            provider: turn.provider,
+            index: turn.index,
+            calls,
+        }
+    }
+
+    /// Runs one call with retries (D2, D3): a fresh [`AttemptRecord`] shared by all its
+    /// attempts, so the key derived by the first attempt is carried by every retry and by
+    /// no other call, even one reusing the provider's call id (K9).
+    pub async fn dispatch_call(&self, call: &ToolCall, conversation: &Conversation) -> CallReport {
+        let (tool, arguments) = match self.runnable(call) {
+            Ok(runnable) => runnable,
+            Err(failure) => return report(call, Vec::new(), None, failure_reply(failure)),
+        };
+        let record = AttemptRecord::new();
+        let mut attempts: Vec<Attempt> = Vec::new();
+        for number in 1..=self.retry.max_attempts() {
+            let waited = self.retry.delay_before(number);
+            if waited > Duration::ZERO {
+                self.retry.sleep(waited).await;
+            }
+            let mut context = conversation.call_context(&call.id, Arc::clone(&record));
+            if let (None, Some(engine)) = (conversation.engine(), &self.engine) {
+                context = context.with_engine(engine.clone());
+            }
+            let request = ToolRequest {
+                tool: tool.clone(),
+                arguments: arguments.clone(),
+                context,
+                call_id: call.id.clone(),
+                attempt: number,
+            };
+            let outcome = self.transport.invoke(request).await;
+            let again = is_transient(&outcome);
+            attempts.push(Attempt {
+                number,
+                waited,
+                outcome,
+            });
+            if !again {
+                break;
+            }
+        }
+        let reply = final_reply(&attempts, self.retry.max_attempts());
+        let key = record.derived().map(|derived| derived.key);
+        report(call, attempts, key, reply)
+    }
+
+    /// The tool and arguments of `call`, or the failure that keeps it from running (D2).
+    fn runnable<'a>(&'a self, call: &'a ToolCall) -> Result<(&'a Tool, &'a Value), ToolFailure> {
+        let Some(tool) = self.tools.get(&call.name) else {
+            let mut known: Vec<&str> = self.tools.keys().map(String::as_str).collect();
+            known.sort_unstable();
+            return Err(ToolFailure::new(
+                FailureKind::UnknownTool,
+                format!(
+                    "no tool named `{}` is registered; known tools: {}",
+                    call.name,
+                    known.join(", ")
+                ),
+                false,
+            ));
+        };
+        match &call.arguments {
+            Ok(arguments) => Ok((tool, arguments)),
+            Err(error) => Err(ToolFailure::new(
+                FailureKind::BadArguments,
+                format!("arguments of tool `{}` are unusable: {error}", call.name),
+                false,
+            )),
+        }
+    }
+}
+
+fn report(
+    call: &ToolCall,
+    attempts: Vec<Attempt>,
+    key: Option<IdempotencyKey>,
+    reply: ToolReply,
+) -> CallReport {
+    CallReport {
+        id: call.id.clone(),
+        tool: call.name.clone(),
+        result: call_result(call, &reply.result),
+        attempts,
+        reply,
+        key,
+    }
+}
+
+fn failure_reply(failure: ToolFailure) -> ToolReply {
+    ToolReply {
+        result: Err(failure),
+        record: None,
+    }
+}
+
+/// The last attempt's reply; a lost reply becomes a transport failure, and a transient
+/// failure on the last allowed attempt says the dispatcher gave up.
+fn final_reply(attempts: &[Attempt], max_attempts: u32) -> ToolReply {
+    let Some(last) = attempts.last() else {
+        return failure_reply(ToolFailure::new(
+            FailureKind::Transport,
+            "no attempt was made",
+            true,
+        ));
+    };
+    let mut reply = match &last.outcome {
+        Ok(reply) => reply.clone(),
+        Err(error) => failure_reply(ToolFailure::new(
+            FailureKind::Transport,
+            error.to_string(),
+            error.is_transient(),
+        )),
+    };
+    if is_transient(&last.outcome) && last.number >= max_attempts {
+        if let Err(failure) = &mut reply.result {
+            failure.message = format!(
+                "{} (gave up after {} attempts; retrying this call later with the same key is safe)",
+                failure.message, last.number
+            );
+        }
+    }
+    reply
+}

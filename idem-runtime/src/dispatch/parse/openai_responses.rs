@@ -1,0 +1,154 @@
+//! OpenAI Responses (D1): a response body `{"object":"response","output":[…]}`, one
+//! `{"type":"function_call",…}` item, or a list of items.
+//!
+//! A `function_call` item is `{"type":"function_call","call_id","name","arguments"}`, with
+//! `arguments` a JSON *string*; results are matched by `call_id`, not by the item's own
+//! `id` (`fc_…`) (OpenAI API reference, Responses `output`). Other output items (messages,
+//! reasoning, built-in tool calls that OpenAI runs itself) carry no call for us.
+//!
+//! In a list of items (an `input` history), a turn is a run of model output items; an
+//! input item (`function_call_output`, a `user` message, …) ends it.
+
+use serde_json::{Map, Value};
+
+use super::arguments::json_string_member;
+use super::error::ParseError;
+use super::path::JsonPath;
+use super::read::{role, Reader};
+use crate::dispatch::{Provider, ToolCall, Turn};
+
+const READER: Reader = Reader {
+    provider: Provider::OpenAiResponses,
+};
+
+/// Whether `object` looks like a Responses response or `function_call` item.
+pub(crate) fn recognises(object: &Map<String, Value>) -> bool {
+    object.get("output").is_some_and(Value::is_array) || is_function_call(object)
+}
+
+/// Whether an array is a Responses item list: some element is a `function_call` item.
+pub(crate) fn is_item_list(items: &[Value]) -> bool {
+    items
+        .iter()
+        .any(|item| item.as_object().is_some_and(is_function_call))
+}
+
+fn is_function_call(object: &Map<String, Value>) -> bool {
+    object.get("type").and_then(Value::as_str) == Some("function_call")
+}
+
+/// The turn of a response body or of one item, at `path`.
+pub(crate) fn turns(
+    object: &Map<String, Value>,
+    index: usize,
+    path: &JsonPath,
+) -> Result<Vec<Turn>, ParseError> {
+    if is_function_call(object) {
+        return Ok(vec![Turn {
+            provider: Provider::OpenAiResponses,
+            index,
+            calls: vec![function_call(object, path)?],
+        }]);
+    }
+    let output = READER.array(object, "output", path, "an array of output items")?;
+    let output_path = path.key("output");
+    let mut calls = Vec::new();
+    for (i, item) in output.iter().enumerate() {
+        calls.extend(item_call(item, &output_path.index(i))?);
+    }
+    Ok(vec![Turn {
+        provider: Provider::OpenAiResponses,
+        index,
+        calls,
+    }])
+}
+
+/// The turns of an item list at `path`: runs of output items, each indexed by the
+/// position of its first item.
+pub(crate) fn item_list_turns(items: &[Value], path: &JsonPath) -> Result<Vec<Turn>, ParseError> {
+    let mut turns = Vec::new();
+    let mut current: Option<Turn> = None;
+    for (i, item) in items.iter().enumerate() {
+        let item_path = path.index(i);
+        let object = READER.object(item, &item_path, "an item object")?;
+        if is_input_item(object) {
+            turns.extend(current.take());
+            continue;
+        }
+        let turn = current.get_or_insert_with(|| Turn {
+            provider: Provider::OpenAiResponses,
+            index: i,
+            calls: Vec::new(),
+        });
+        turn.calls.extend(item_call(item, &item_path)?);
+    }
+    turns.extend(current);
+    Ok(turns)
+}
+
+/// Items the application sends (tool outputs, user and system messages, references),
+/// as opposed to items the model produced.
+fn is_input_item(object: &Map<String, Value>) -> bool {
+    let kind = object.get("type").and_then(Value::as_str);
+    match kind {
+        Some(kind) if kind.ends_with("_output") => true,
+        Some("item_reference" | "mcp_approval_response") => true,
+        Some("message") | None => role(object).is_some_and(|r| r != "assistant"),
+        Some(_) => false,
+    }
+}
+
+fn item_call(item: &Value, path: &JsonPath) -> Result<Option<ToolCall>, ParseError> {
+    let object = READER.object(item, path, "an output item object")?;
+    match object.get("type").and_then(Value::as_str) {
+        Some("function_call") => function_call(object, path).map(Some),
+        Some("custom_tool_call") => Err(READER.malformed(
+            &path.key("type"),
+            "a `function_call` item (custom tools with free-form input are not dispatched)",
+            object.get("type"),
+        )),
+        Some(_) => Ok(None),
+        // An item without a `type` is a plain message; one that carries another format's
+        // calls means the list mixes formats, and those calls would be lost.
+        None if carries_other_calls(object) => Err(READER.malformed(
+            path,
+            "a Responses item (this list mixes formats: pass each provider's messages separately)",
+            Some(item),
+        )),
+        None => Ok(None),
+    }
+}
+
+/// Whether a message holds tool calls in the Chat, Anthropic or Gemini format.
+fn carries_other_calls(object: &Map<String, Value>) -> bool {
+    let anthropic_blocks = object
+        .get("content")
+        .and_then(Value::as_array)
+        .is_some_and(|blocks| {
+            blocks
+                .iter()
+                .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_use"))
+        });
+    ["tool_calls", "function_call", "parts"]
+        .iter()
+        .any(|name| object.contains_key(*name))
+        || anthropic_blocks
+}
+
+fn function_call(object: &Map<String, Value>, path: &JsonPath) -> Result<ToolCall, ParseError> {
+    let call_id = READER.id(
+        object,
+        "call_id",
+        path,
+        "the call's `call_id` (a non-empty string)",
+    )?;
+    let name = READER.string(object, "name", path, "the function's name (a string)")?;
+    Ok(ToolCall {
+        provider: Provider::OpenAiResponses,
+        id: call_id.to_owned(),
+        id_synthesized: false,
+        name: name.to_owned(),
+        arguments: json_string_member(object.get("arguments"), &path.key("arguments")),
+        request_id: None,
+    })
+}

@@ -1,0 +1,49 @@
+//! One assistant message's tool calls, as read from any provider (contract D1).
+
+use serde_json::Value;
+
+use crate::dispatch::parse::ArgumentError;
+use crate::dispatch::Provider;
+
+/// The tool calls of one assistant message (one model turn), in the order the model
+/// emitted them. The dispatcher runs them concurrently (D4).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Turn {
+    /// The format the message was read from; its results go back in that format (D5).
+    pub provider: Provider,
+    /// Where the message sits in the parsed document: 0 for a lone response or message,
+    /// its position for an array of turns or a Gemini `contents` history, the position of
+    /// its first item for an OpenAI Responses item list.
+    pub index: usize,
+    /// The calls, possibly none (a text-only answer is a turn without calls).
+    pub calls: Vec<ToolCall>,
+}
+
+/// One tool call the model asked for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    /// The format it was read from.
+    pub provider: Provider,
+    /// The id its result is matched to (D5): `tool_calls[].id` (OpenAI Chat), `call_id`
+    /// (OpenAI Responses), the `tool_use` block's `id` (Anthropic), `functionCall.id` or a
+    /// synthesized id (Gemini), the JSON-RPC request id as text (MCP: `2` → `"2"`).
+    /// Also the value `scope = "call"` tools are keyed by (K7).
+    pub id: String,
+    /// `true` when the provider sent no id and this one was made up. Gemini only:
+    /// `"<turn>:<part index>"`, where `<turn>` is the response's `responseId` when it has
+    /// one, else the turn's [`index`](Turn::index). Deterministic: parsing the same
+    /// document again gives the same ids. A synthesized id is never sent back to the
+    /// provider (Gemini's `functionResponse` gets an `id` only when the call had one).
+    pub id_synthesized: bool,
+    /// The tool's name, as the model called it.
+    pub name: String,
+    /// The arguments object, or why it is unusable (D2: the call then gets an error
+    /// result and does not run). A JSON-string argument (OpenAI) is parsed into a
+    /// [`Value`] here, so neither its whitespace nor its member order reaches the key
+    /// (K4); the key is derived later from the tool's typed arguments.
+    pub arguments: Result<Value, ArgumentError>,
+    /// MCP only: the JSON-RPC request id exactly as sent (a number or a string), which the
+    /// response must echo. `None` for the other providers. Like `params._meta` and
+    /// `params.task`, it is never part of the arguments or the key (D1).
+    pub request_id: Option<Value>,
+}

@@ -1,0 +1,128 @@
+//! Helpers shared by the dispatch tests.
+
+#![allow(dead_code)] // each test binary uses its own subset
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+/// The folder of recorded provider transcripts (`examples/transcripts` at the workspace
+/// root).
+pub fn transcripts_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/transcripts")
+}
+
+/// The path of the transcript `name` (without `.json`).
+pub fn transcript_path(name: &str) -> PathBuf {
+    transcripts_dir().join(format!("{name}.json"))
+}
+
+/// The transcript `name` (without `.json`), parsed as JSON.
+pub fn transcript(name: &str) -> Value {
+    let path = transcript_path(name);
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()))
+}
+
+pub mod tools {
+    //! Tools with real, logged effects, written the way `#[idempotent]` expands them:
+    //! `prepare(&SPEC, None, fill)?.run(body)` inside the tool's future.
+
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::Arc;
+    use std::task::{Context, Poll};
+
+    use idem_runtime::dispatch::Tool;
+    use idem_runtime::store::MemoryStore;
+    use idem_runtime::testkit::{EffectLog, ManualClock};
+    use idem_runtime::{prepare, Engine, Scope, ToolError, ToolSpec};
+    use serde::Deserialize;
+    use serde_json::{json, Map, Value};
+
+    /// A fresh in-memory store with a manual clock (nothing in these tests waits on time).
+    pub fn engine() -> Engine {
+        Engine::from_shared(Arc::new(MemoryStore::new()), Arc::new(ManualClock::new()))
+    }
+
+    /// A future that is pending once (waking itself) and then ready: lets the other calls
+    /// of a turn run while a body is "in flight", so duplicates really meet in progress.
+    pub struct YieldOnce(bool);
+
+    pub fn yield_once() -> YieldOnce {
+        YieldOnce(false)
+    }
+
+    impl Future for YieldOnce {
+        type Output = ();
+        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            if self.0 {
+                return Poll::Ready(());
+            }
+            self.0 = true;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+
+    /// A spec for `name` with `scope`, for tests that need many tools (leaked: test-only).
+    pub fn spec(name: &'static str, scope: Scope) -> &'static ToolSpec {
+        Box::leak(Box::new(ToolSpec {
+            scope,
+            ..ToolSpec::new(name)
+        }))
+    }
+
+    /// A tool keyed by its whole arguments object whose body logs one effect, yields once,
+    /// and returns `{"tool": name, "args": arguments}`.
+    pub fn logged(spec: &'static ToolSpec, log: &EffectLog) -> Tool {
+        let log = log.clone();
+        Tool::from_async(spec.name, move |args: Map<String, Value>, _ctx| {
+            let log = log.clone();
+            async move {
+                prepare(spec, None, |b| b.key("args", &args).map(drop))?
+                    .run(async move {
+                        log.record(spec.name, Value::Object(args.clone()).to_string());
+                        yield_once().await;
+                        Ok::<_, ToolError>(json!({"tool": spec.name, "args": args}))
+                    })
+                    .await
+            }
+        })
+    }
+
+    pub static REFUND: ToolSpec = ToolSpec::new("send_refund");
+
+    /// `send_refund`'s typed parameters.
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct RefundArgs {
+        pub order: u64,
+        pub cents: u64,
+    }
+
+    /// `send_refund(order, cents)`: logs the refund and returns its id.
+    pub fn send_refund(log: &EffectLog) -> Tool {
+        let log = log.clone();
+        Tool::from_async("send_refund", move |a: RefundArgs, _ctx| {
+            let log = log.clone();
+            async move {
+                prepare(&REFUND, None, |b| {
+                    b.key("order", &a.order)?.key("cents", &a.cents)?;
+                    Ok(())
+                })?
+                .run(async move {
+                    log.record(
+                        "send_refund",
+                        format!("order {} cents {}", a.order, a.cents),
+                    );
+                    Ok::<_, ToolError>(
+                        json!({"refund_id": format!("re_{}", a.order), "cents": a.cents}),
+                    )
+                })
+                .await
+            }
+        })
+    }
+}
