@@ -1,1 +1,250 @@
-fn main() {}
+//! The main job: replay recorded provider conversations through `#[idempotent]` tools and
+//! show that retries repeat no side effect.
+//!
+//! ```text
+//! cargo run --release --example replay -- [--lose-first-response] [--scope conversation|call] FILE...
+//! ```
+//!
+//! Each FILE is one recorded conversation in any shape idem reads (contract D1): an OpenAI
+//! Chat Completions or Responses body, an Anthropic Messages body, a Gemini response or
+//! `contents` history, an MCP `tools/call` request, a bare assistant message, or an array
+//! of such turns. Turns are dispatched in order, the calls of one turn concurrently, to a
+//! demo side-effecting tool registered under every tool name met. The tool is annotated
+//! `#[idempotent]` and records each real execution in an effect log.
+//!
+//! With `--lose-first-response`, every call's first response is lost after its effect
+//! lands (a transport timeout) and the dispatcher retries: executions stay the same,
+//! attempts grow. `--scope call` keys the demo tool on the provider's tool-call id
+//! instead of the conversation (file), so identical calls are distinct intents.
+//!
+//! Output: one line per call (file, turn, call id, tool, key prefix, attempts,
+//! executed | replayed | error: reason), then as the last line one JSON object:
+//! `{"files":F,"turns":T,"calls":C,"executions":E,"replays":R,"attempts":A,"errors":X}`,
+//! where E counts the real executions in the effect log. A file that cannot be read or
+//! parsed gets a message naming it and what was expected, and the exit code is 1.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::LazyLock;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use idem::dispatch::{parse_turns_str, CallReport, Conversation, Dispatcher, RetryPolicy, Tool, Turn};
+use idem::testkit::{EffectLog, FailOn, LosingTransport};
+use idem::{idempotent, CallContext, CallStatus, ToolError};
+
+/// Every real execution of the demo tool, with the key it carried (T3).
+static EFFECTS: LazyLock<EffectLog> = LazyLock::new(EffectLog::new);
+
+/// What the demo tool tells the agent.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Done {
+    tool: String,
+    execution: usize,
+}
+
+/// Which call an effect belongs to: the conversation (file) and the tool-call id.
+fn effect_detail() -> String {
+    let ctx = CallContext::current().unwrap_or_default();
+    format!("{}\u{0}{}", ctx.conversation_id().unwrap_or(""), ctx.tool_call_id().unwrap_or(""))
+}
+
+fn perform(tool: String) -> Result<Done, ToolError> {
+    EFFECTS.record(tool.clone(), effect_detail());
+    Ok(Done { tool, execution: EFFECTS.len() })
+}
+
+/// The demo effect, keyed per conversation: equal calls in one file share one effect.
+#[idempotent(scope = "conversation", name = "demo_effect", dispatch = false)]
+async fn effect_per_conversation(tool: String, arguments: Value) -> Result<Done, ToolError> {
+    let _ = arguments;
+    perform(tool)
+}
+
+/// The demo effect, keyed per tool call: every call is its own intent.
+#[idempotent(scope = "call", name = "demo_effect", dispatch = false)]
+async fn effect_per_call(tool: String, arguments: Value) -> Result<Done, ToolError> {
+    let _ = arguments;
+    perform(tool)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ScopeChoice {
+    Conversation,
+    Call,
+}
+
+struct Options {
+    lose_first_response: bool,
+    scope: ScopeChoice,
+    files: Vec<PathBuf>,
+}
+
+const USAGE: &str = "usage: replay [--lose-first-response] [--scope conversation|call] FILE...";
+
+fn parse_options(args: impl Iterator<Item = String>) -> Result<Options, String> {
+    let mut options = Options { lose_first_response: false, scope: ScopeChoice::Conversation, files: Vec::new() };
+    let mut args = args.peekable();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--lose-first-response" => options.lose_first_response = true,
+            "--scope" => {
+                options.scope = match args.next().as_deref() {
+                    Some("conversation") => ScopeChoice::Conversation,
+                    Some("call") => ScopeChoice::Call,
+                    Some(other) => return Err(format!("--scope takes `conversation` or `call`, not `{other}`")),
+                    None => return Err("--scope needs a value: `conversation` or `call`".to_owned()),
+                }
+            }
+            "-h" | "--help" => return Err(String::new()),
+            flag if flag.starts_with("--") => return Err(format!("unknown option `{flag}`")),
+            file => options.files.push(PathBuf::from(file)),
+        }
+    }
+    if options.files.is_empty() {
+        return Err("no FILE given".to_owned());
+    }
+    Ok(options)
+}
+
+/// The demo tool, registered under `name`.
+fn demo_tool(name: &str, scope: ScopeChoice) -> Tool {
+    let tool_name = name.to_owned();
+    Tool::from_async(name, move |arguments: Value, _ctx: CallContext| {
+        let tool = tool_name.clone();
+        async move {
+            match scope {
+                ScopeChoice::Conversation => effect_per_conversation(tool, arguments).await,
+                ScopeChoice::Call => effect_per_call(tool, arguments).await,
+            }
+        }
+    })
+}
+
+#[derive(Debug, Default, Serialize)]
+struct Summary {
+    files: usize,
+    turns: usize,
+    calls: usize,
+    executions: usize,
+    replays: usize,
+    attempts: usize,
+    errors: usize,
+}
+
+fn read_turns(path: &PathBuf) -> Result<Vec<Turn>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    let turns = parse_turns_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    if turns.is_empty() {
+        return Err(format!("{}: expected at least one assistant turn with tool calls, found none", path.display()));
+    }
+    Ok(turns)
+}
+
+fn status_of(call: &CallReport, conversation: &str, executed: &BTreeSet<String>) -> String {
+    if let Err(failure) = &call.reply.result {
+        return format!("error: {}", failure.message);
+    }
+    if executed.contains(&format!("{conversation}\u{0}{}", call.id)) {
+        return "executed".to_owned();
+    }
+    match call.status() {
+        Some(CallStatus::Replayed) => "replayed".to_owned(),
+        Some(CallStatus::Executed) => "executed".to_owned(),
+        None => "error: no outcome recorded".to_owned(),
+    }
+}
+
+async fn run(options: Options) -> (Summary, bool) {
+    let mut summary = Summary::default();
+    let mut all_read = true;
+    let mut loaded = Vec::new();
+    for path in &options.files {
+        match read_turns(path) {
+            Ok(turns) => loaded.push((path, turns)),
+            Err(message) => {
+                eprintln!("replay: {message}");
+                all_read = false;
+            }
+        }
+    }
+    let names: BTreeSet<String> =
+        loaded.iter().flat_map(|(_, turns)| turns.iter().flat_map(|t| t.calls.iter().map(|c| c.name.clone()))).collect();
+    let mut builder = Dispatcher::builder().retry(RetryPolicy::new());
+    for name in &names {
+        builder = builder.tool(demo_tool(name, options.scope));
+    }
+    if options.lose_first_response {
+        builder = builder.transport(LosingTransport::new(FailOn::FirstAttempt));
+    }
+    let dispatcher = match builder.build() {
+        Ok(dispatcher) => dispatcher,
+        Err(e) => {
+            eprintln!("replay: {e}");
+            return (summary, false);
+        }
+    };
+    for (path, turns) in loaded {
+        summary.files += 1;
+        let file = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+        let conversation_id = path.display().to_string();
+        let conversation = Conversation::new(conversation_id.as_str());
+        for turn in &turns {
+            summary.turns += 1;
+            let outcome = dispatcher.dispatch_turn(turn, &conversation).await;
+            let executed: BTreeSet<String> = EFFECTS.effects().into_iter().map(|e| e.detail).collect();
+            for call in &outcome.calls {
+                let status = status_of(call, &conversation_id, &executed);
+                summary.calls += 1;
+                summary.attempts += call.attempt_count();
+                match status.as_str() {
+                    "executed" => {}
+                    "replayed" => summary.replays += 1,
+                    _ => summary.errors += 1,
+                }
+                let key = call.key.as_ref().map_or("-", |k| k.prefix(12));
+                println!(
+                    "{file}\tturn {}\t{}\t{}\tkey {key}\tattempts {}\t{status}",
+                    turn.index + 1,
+                    call.id,
+                    call.tool,
+                    call.attempt_count(),
+                );
+            }
+        }
+    }
+    summary.executions = EFFECTS.len();
+    (summary, all_read)
+}
+
+fn main() -> ExitCode {
+    let options = match parse_options(std::env::args().skip(1)) {
+        Ok(options) => options,
+        Err(message) => {
+            if !message.is_empty() {
+                eprintln!("replay: {message}");
+            }
+            eprintln!("{USAGE}");
+            return if message.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(2) };
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("replay: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (summary, all_read) = runtime.block_on(run(options));
+    match serde_json::to_string(&summary) {
+        Ok(line) => println!("{line}"),
+        Err(e) => eprintln!("replay: cannot write the summary: {e}"),
+    }
+    if all_read {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
