@@ -1,4 +1,134 @@
-//! idem: retry a side-effecting AI-agent tool call without repeating the side effect.
+//! Retry a side-effecting AI-agent tool call without repeating the side effect.
+//!
+//! An agent calls `send_refund`, the call times out, the agent tries again. A timeout is
+//! an unknown: the refund may never have started, may have failed, or may have gone
+//! through with the answer lost. Refusing to retry turns a possible duplicate into a
+//! certain failure; retrying blindly refunds twice. `idem` makes the retry safe the way
+//! payment APIs do with an `Idempotency-Key`: every attempt of one intent derives the same
+//! key, the first attempt's outcome is saved under it, and every later attempt gets that
+//! outcome back without running the side effect again.
+//!
+//! # One attribute
+//!
+//! ```
+//! use std::sync::atomic::{AtomicUsize, Ordering};
+//!
+//! use idem::{idempotent, CallContext, CallStatus, ToolError};
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Debug, PartialEq, Serialize, Deserialize)]
+//! pub struct Refund {
+//!     pub id: String,
+//!     pub amount_cents: u64,
+//! }
+//!
+//! static REFUNDS_SENT: AtomicUsize = AtomicUsize::new(0);
+//!
+//! /// Refunds an order (the side effect).
+//! #[idempotent]
+//! pub async fn send_refund(order: &str, amount_cents: u64) -> Result<Refund, ToolError> {
+//!     // The call's key, to forward as the payment API's `Idempotency-Key`.
+//!     let key = idem::current_key().expect("inside an #[idempotent] body");
+//!     REFUNDS_SENT.fetch_add(1, Ordering::SeqCst);
+//!     Ok(Refund { id: format!("re_{}", key.prefix(8)), amount_cents })
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), ToolError> {
+//! // Keys are scoped to a conversation by default: say which one.
+//! let ctx = CallContext::new().with_conversation("conv_42");
+//!
+//! let first = ctx.scope(send_refund("ord_7", 500)).await?;
+//! assert_eq!(ctx.last_outcome().unwrap().status, CallStatus::Executed);
+//!
+//! // The agent retries after a timeout: same arguments, same conversation, same key.
+//! let retry = ctx.scope(send_refund("ord_7", 500)).await?;
+//! let outcome = ctx.last_outcome().unwrap();
+//! assert_eq!(outcome.status, CallStatus::Replayed);
+//! assert_eq!(retry, first, "the retry gets the first refund back");
+//! assert_eq!(REFUNDS_SENT.load(Ordering::SeqCst), 1, "and no second refund was sent");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The tool keeps its signature. Replays are success-shaped: the agent is told the refund
+//! worked, and the call's [`CallRecord`] (from [`CallContext::last_outcome`]) says it was
+//! replayed, with the key and timestamps. A saved `Err` is replayed too, unless the tool
+//! marks it retryable ([`ToolError::retryable`]: the effect did not happen, run again).
+//!
+//! [`#[idempotent]`](idempotent) documents every option: `scope` (`"conversation"`,
+//! `"global"`, `"call"` or your own), `ttl`, `lease`, `wait`, `name`, `skip(…)`,
+//! `key(…)` and `dispatch`, and what it checks at compile time: an argument that cannot be
+//! part of a key, or a return type that cannot be saved, is an error at that type.
+//!
+//! # Sync tools, choosing the key, an explicit context
+//!
+//! ```
+//! use idem::{idempotent, CallContext, CallStatus, Error, ToolError};
+//!
+//! /// `order` identifies the charge; `amount_cents` must match on a retry;
+//! /// `requested_at` differs between retries and stays out of both.
+//! #[idempotent(key(order), skip(requested_at))]
+//! fn charge(ctx: &CallContext, order: String, amount_cents: u64, requested_at: u64) -> Result<u64, ToolError> {
+//!     let _ = (ctx, requested_at);
+//!     Ok(amount_cents)
+//! }
+//!
+//! let ctx = CallContext::new().with_conversation("conv_42");
+//! assert_eq!(charge(&ctx, "ord_7".into(), 500, 1_000), Ok(500));
+//! assert_eq!(charge(&ctx, "ord_7".into(), 500, 2_000), Ok(500));
+//! assert_eq!(ctx.last_outcome().unwrap().status, CallStatus::Replayed);
+//!
+//! // Same key, other amount: refused, and the first charge's record is untouched.
+//! let other = charge(&ctx, "ord_7".into(), 900, 3_000);
+//! assert!(matches!(other, Err(ToolError::Idem(Error::Mismatch { .. }))));
+//!
+//! // No conversation in force: an error before the body runs, never a shared key.
+//! let nowhere = CallContext::new();
+//! assert!(matches!(
+//!     charge(&nowhere, "ord_8".into(), 500, 0),
+//!     Err(ToolError::Idem(Error::MissingScope { .. }))
+//! ));
+//! ```
+//!
+//! # Dispatching a model's tool calls
+//!
+//! Every free, non-generic tool also gets a companion of the same name whose `tool()` is
+//! the tool as a [`dispatch::Tool`], taking the model's JSON arguments:
+//!
+//! ```
+//! use idem::{idempotent, CallContext, CallStatus, ToolError};
+//! use serde_json::json;
+//!
+//! #[idempotent]
+//! async fn send_refund(order: &str, amount_cents: u64) -> Result<String, ToolError> {
+//!     Ok(format!("refunded {amount_cents} on {order}"))
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let tool = send_refund::tool();
+//! let ctx = CallContext::new().with_conversation("conv_42");
+//! let arguments = json!({"order": "ord_7", "amount_cents": 500});
+//! let first = tool.call(arguments.clone(), ctx.clone()).await;
+//! let retry = tool.call(arguments, ctx.clone()).await;
+//! assert_eq!(first.result, retry.result);
+//! assert_eq!(retry.record.unwrap().status, CallStatus::Replayed);
+//! # }
+//! ```
+//!
+//! # Where outcomes are kept
+//!
+//! Calls use the [`Engine`] (a [`Store`] and a [`Clock`]) of the [`CallContext`] in force,
+//! else the process-wide [`default_engine`]: an in-memory [`MemoryStore`] unless you set
+//! another with [`set_default_engine`]. Tests use [`testkit::ManualClock`] to move time
+//! instead of sleeping, and [`testkit::EffectLog`] to count real effects and the keys they
+//! carried.
 #![forbid(unsafe_code)]
+
 pub use idem_macros::idempotent;
 pub use idem_runtime::*;
+
+/// What the code generated by `#[idempotent]` uses; not a public API.
+#[doc(hidden)]
+pub use idem_runtime::macro_support as __private;

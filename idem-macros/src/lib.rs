@@ -1,6 +1,122 @@
-//! INTERIM
+//! The `#[idempotent]` attribute of [`idem`](https://docs.rs/idem). Depend on `idem`, which
+//! re-exports it: the generated code refers to `::idem` paths only.
+//!
+//! Layout: `attr` parses the attribute's options, `item` checks the fn and sorts its
+//! arguments, `expand` writes the fn around the call protocol, `companion` writes the
+//! dispatch companion.
+
+#![forbid(unsafe_code)]
+
+mod attr;
+mod companion;
+mod expand;
+mod item;
+
 use proc_macro::TokenStream;
+
+/// Makes a side-effecting tool fn safe to retry: a repeated call with the same key does
+/// not run the body again but returns the first call's saved outcome.
+///
+/// ```ignore
+/// use idem::{idempotent, ToolError};
+///
+/// #[idempotent(key(order), skip(requested_at), ttl = "24h")]
+/// async fn send_refund(order: &str, amount_cents: u64, requested_at: u64) -> Result<Refund, ToolError> {
+///     // Runs at most once per (conversation, order) within 24 hours.
+///     bank.refund(order, amount_cents, idem::current_key()).await
+/// }
+/// ```
+///
+/// Runnable examples are on the front page of the `idem` crate (a proc-macro crate cannot
+/// run its own attribute in doctests).
+///
+/// # What a call does
+///
+/// 1. Derives the call's idempotency key from the tool name, the scope's value (the
+///    conversation id by default) and the canonical JSON of the key arguments; a scope
+///    without a value in force is an `idem::Error::MissingScope`, before the body runs.
+/// 2. Claims the key in the store of the `CallContext` in force (or the default engine).
+/// 3. Runs the body once, saves its `Ok` or `Err` outcome, and returns it; a later call
+///    with the key, within the TTL, gets the saved outcome back without running the body.
+///    Whether a call executed or replayed is on `ctx.last_outcome()`.
+///
+/// Errors of the idempotency layer itself come back through the tool's error type
+/// (`From<idem::Error>`), and are never saved.
+///
+/// # Options
+///
+/// | option | default | meaning |
+/// |---|---|---|
+/// | `scope = "conversation"` | `"conversation"` | Whose calls share keys: `"conversation"` (the conversation id of the call's `CallContext`), `"global"` (no scope value: everyone who shares the store), `"call"` (the provider's tool-call id: only retries of one tool call replay, for tools whose equal calls are distinct intents, like rolling a die), or a name of your own (`"tenant"`: the value set with `CallContext::with_scope("tenant", …)`). Own names are ASCII letters, digits, `_`, `-`, `.`, starting with a letter. |
+/// | `ttl = "24h"` | `"24h"` | How long a saved outcome is replayed, from the claim. |
+/// | `lease = "60s"` | `"60s"` | How long a claim is held before a caller may take it over (when the owner died). `"0s"` means already lapsed. |
+/// | `wait = "5s"` | `"5s"` | How long a concurrent duplicate waits for the owner's outcome before it gets a retryable `InProgress` error. |
+/// | `name = "…"` | the fn's name | The tool name, part of every key and the name a model calls. 1 to 64 ASCII letters, digits, `_`, `-`, `.`. |
+/// | `skip(a, b)` | none | Arguments left out of the key and the fingerprint: timestamps, handles, anything that differs between retries of one intent. |
+/// | `key(a, b)` | all arguments | The identity arguments. The other non-skipped arguments form the fingerprint only: a later call with the same key and another fingerprint is an `idem::Error::Mismatch` and does not run. `key()` keys on the scope alone. |
+/// | `dispatch = false` | `true` | Leaves out the dispatch companion (below). |
+///
+/// Durations are [humantime](https://docs.rs/humantime) strings (`"90s"`, `"30m"`,
+/// `"1h 30m"`, `"7d"`, `"500ms"`), parsed when the attribute expands and applied in whole
+/// milliseconds. The TTL must be positive and at least the lease.
+///
+/// # What goes in the key
+///
+/// The key arguments form one JSON object whose members are named by the parameters'
+/// identifiers (`r#type` is `type`), so reordering parameters does not change a key and
+/// renaming one does. A pattern parameter (`(x, y): (i32, i32)`, `Point { x, y }: Point`)
+/// is named `arg<index>`, its 0-based position among the parameters after the receiver;
+/// `skip(…)` and `key(…)` name it that way too. Never in the key: the receiver (`self`,
+/// `&self`, `&mut self`), and a `&CallContext` parameter (any type written
+/// `&…::CallContext`), which is the call's context instead of the one in force.
+///
+/// # Requirements, checked at compile time
+///
+/// - Every key and fingerprint argument implements `serde::Serialize` (generic parameters
+///   and `impl Trait` arguments included); otherwise an error at the argument's type
+///   names it and suggests `skip(…)`.
+/// - The fn returns `Result<T, E>` with `T: Serialize + DeserializeOwned` and
+///   `E: idem::IdempotentError` (`idem::ToolError` is ready-made); otherwise an error at
+///   the return type says which part is missing.
+/// - The options are well formed: an unknown or repeated option, a bad duration or scope
+///   or tool name, and a `skip`/`key` name that is not an argument are errors at the
+///   offending token. The fn is then still emitted unchanged, so its callers get no
+///   secondary errors.
+/// - It goes on a fn with a body: not on a struct or other item, a `const fn`, an
+///   `extern` fn, or a variadic fn.
+///
+/// Supported: sync and async fns, free or methods (`&self`, `&mut self`, `self`), in
+/// trait impls too; `&str`, `&[T]`, `&T`, `Option<&T>`, `mut x: T`, pattern, generic and
+/// `impl Serialize` arguments. The fn keeps its signature, attributes and docs. In the
+/// body, `return` and `?` work as before, and `idem::current_key()` gives the call's key
+/// (to forward as a payment API's `Idempotency-Key`, for example). An async tool's future
+/// is `Send` whenever its body's is.
+///
+/// # The dispatch companion
+///
+/// For a free fn that is not generic over types or consts and has no `impl Trait`
+/// argument, the attribute also declares, in the type namespace, a struct with the fn's
+/// name and visibility, so that registering the tool with a dispatcher is one line:
+///
+/// ```ignore
+/// let tool: idem::dispatch::Tool = send_refund::tool();
+/// ```
+///
+/// `tool()` deserializes a call's JSON arguments object into the parameters' owned forms
+/// (`&str` → `String`, `&[T]` → `Vec<T>`, `&T` → `T`, `Option<&T>` → `Option<T>`; a
+/// pattern parameter is the member `arg<index>`), calls the fn with references where it
+/// takes them, and so derives the same key as a direct call. A missing member reads as
+/// `null` (`None` for an `Option`); an unknown member, a missing required one or a value of
+/// the wrong type is a `BadArguments` reply and the tool does not run. A `&CallContext`
+/// parameter receives the call's context.
+///
+/// Skipped arguments are read from the JSON arguments too. Write `dispatch = false` for a
+/// tool with an argument a model cannot send (a database handle), an async tool whose
+/// future is not `Send`, a tool whose error type is not `Display`, and an associated fn
+/// without receiver whose signature does not mention `Self` (it looks like a free fn, and a
+/// struct cannot be declared in an impl block); then build its tool with
+/// `idem::dispatch::Tool::from_async` or `from_sync`, capturing what it needs.
 #[proc_macro_attribute]
-pub fn idempotent(_attr: TokenStream, item: TokenStream) -> TokenStream {
-    item
+pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::expand(args.into(), item.into()).into()
 }

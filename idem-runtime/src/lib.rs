@@ -19,6 +19,8 @@ pub mod engine;
 pub mod envelope;
 pub mod error;
 pub mod key;
+#[doc(hidden)]
+pub mod macro_support;
 pub mod outcome;
 pub mod scope;
 pub mod spec;

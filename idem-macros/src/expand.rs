@@ -1,0 +1,373 @@
+//! Code generation: the tool fn rewritten around `idem::prepare` and the call protocol,
+//! with checks whose errors point at the user's tokens (contract C1–C4, K6–K8, K10, S8).
+//!
+//! For
+//!
+//! ```text
+//! #[idempotent(key(order))]
+//! async fn send_refund(order: &str, amount: u64) -> Result<Receipt, ToolError> { BODY }
+//! ```
+//!
+//! the output is, in outline:
+//!
+//! ```text
+//! async fn send_refund(order: &str, amount: u64) -> Result<Receipt, ToolError> {
+//!     static __IDEM_SPEC: ::idem::ToolSpec = ::idem::ToolSpec { name: "send_refund", … };
+//!     ::idem::__private::check_output::<Result<Receipt, ToolError>>();   // C2
+//!     let __idem_prepared = ::idem::prepare(&__IDEM_SPEC, None, |__idem_args| {
+//!         // C1: a trait made for this argument, its message naming it; spanned at `&str`.
+//!         { trait __IdemArgument {…} impl<T: Serialize> __IdemArgument for T {…}
+//!           <&str as __IdemArgument>::__idem_add(&order, __idem_args)?; }
+//!         { … <u64 as __IdemArgument>::__idem_add(&amount, __idem_args)?; }   // fingerprint
+//!         Ok(())
+//!     });
+//!     ::idem::__private::run::<Result<Receipt, ToolError>, _>(__idem_prepared, async move BODY).await
+//! }
+//! #[allow(non_camel_case_types)] pub struct send_refund { _private: () }   // the companion
+//! impl send_refund { pub fn tool() -> ::idem::dispatch::Tool { … } }
+//! ```
+//!
+//! A sync fn calls `run_blocking::<Ret, _>(__idem_prepared, move || -> Ret BODY)` instead.
+//! Both turn a failed `prepare` into the tool's error without running the body, and
+//! otherwise run the body through `PreparedCall::run` / `run_blocking`. Pattern
+//! parameters are rebound to `arg<index>` in the signature and destructured again at the
+//! top of `BODY`.
+//!
+//! On any error in the attribute or the fn's shape, the output is the errors, the fn
+//! unchanged, and a stub companion (C3).
+
+use proc_macro2::{Delimiter, Group, Literal, Span, TokenStream, TokenTree};
+use quote::{quote, quote_spanned, ToTokens};
+use syn::ext::IdentExt;
+use syn::{Item, ItemFn, TraitItemFn, Type};
+
+use crate::attr::{self, Errors, Options, ScopeKind};
+use crate::companion;
+use crate::item::{self, Param, Role, ToolFn};
+
+/// The whole expansion: the rewritten fn and its companion, or, on any error, the errors
+/// and the item unchanged (C3).
+pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
+    let (options, attr_error) = attr::parse(args);
+    let mut errors = Errors::default();
+    if let Some(error) = attr_error {
+        errors.push(error);
+    }
+    let item_fn = match syn::parse2::<Item>(input.clone()) {
+        Ok(Item::Fn(item_fn)) => item_fn,
+        Ok(other) => {
+            errors.push(item::unsupported_item(&other));
+            return with_errors(errors, input, TokenStream::new());
+        }
+        Err(error) => {
+            errors.push(match syn::parse2::<TraitItemFn>(input.clone()) {
+                Ok(declaration) => syn::Error::new(
+                    declaration.sig.ident.span(),
+                    "#[idempotent] needs the fn's body: put it on the fn's definition (in an impl block for a trait method), not on a declaration",
+                ),
+                Err(_) => error,
+            });
+            return with_errors(errors, input, TokenStream::new());
+        }
+    };
+    let tool = item::analyze(item_fn.clone(), &options, &mut errors);
+    match (tool, errors.finish()) {
+        (Some(tool), None) => {
+            let mut errors = Errors::default();
+            let tool_name = tool_name(&tool.item, &options);
+            let function = rewrite(&tool, &options, &tool_name);
+            let companion = companion::generate(&tool, &options, &tool_name, &mut errors);
+            let mut output = function;
+            output.extend(companion);
+            if let Some(error) = errors.finish() {
+                output.extend(error.to_compile_error());
+            }
+            output
+        }
+        (_, error) => {
+            let mut errors = Errors::default();
+            if let Some(error) = error {
+                errors.push(error);
+            }
+            let stub = companion::stub(&item_fn, &options);
+            with_errors(errors, input, stub)
+        }
+    }
+}
+
+fn with_errors(errors: Errors, item: TokenStream, stub: TokenStream) -> TokenStream {
+    let mut output = errors
+        .finish()
+        .map(|e| e.to_compile_error())
+        .unwrap_or_default();
+    output.extend(item);
+    output.extend(stub);
+    output
+}
+
+/// K6: the `name = "…"` option, else the fn's name.
+fn tool_name(item: &ItemFn, options: &Options) -> String {
+    match &options.name {
+        Some(name) => name.value.clone(),
+        None => item.sig.ident.unraw().to_string(),
+    }
+}
+
+/// The first and last token spans of `tokens`: a generated expression whose first token
+/// is spanned `first` and last token `last` covers the user's tokens exactly, so its
+/// errors point at them.
+pub(crate) fn span_range(tokens: &impl ToTokens) -> (Span, Span) {
+    let mut iter = tokens.to_token_stream().into_iter();
+    let first = iter.next().map_or_else(Span::call_site, |t| t.span());
+    let last = iter.last().map_or(first, |t| t.span());
+    (first, last)
+}
+
+/// `path(args) suffix` with the argument group and the suffix spanned `last`; callers
+/// build `path` with `quote_spanned!(first=> …)`. The expression then gets the span
+/// `first..last`, whichever part of it rustc reports an error at.
+pub(crate) fn spanned_call(
+    (_, last): (Span, Span),
+    path: TokenStream,
+    args: TokenStream,
+    suffix: TokenStream,
+) -> TokenStream {
+    let mut output = path;
+    let mut group = Group::new(Delimiter::Parenthesis, args);
+    group.set_span(last);
+    output.extend([TokenTree::Group(group)]);
+    output.extend(respan(suffix, last));
+    output
+}
+
+fn duration(
+    value: Option<&attr::Spanned<std::time::Duration>>,
+    default: TokenStream,
+) -> TokenStream {
+    match value {
+        Some(duration) => {
+            let millis = Literal::u64_unsuffixed(
+                u64::try_from(duration.value.as_millis()).unwrap_or(u64::MAX),
+            );
+            quote!(::core::time::Duration::from_millis(#millis))
+        }
+        None => default,
+    }
+}
+
+fn spec(options: &Options, tool_name: &str) -> TokenStream {
+    let scope = match options.scope.as_ref().map(|s| &s.value) {
+        None | Some(ScopeKind::Conversation) => quote!(::idem::Scope::Conversation),
+        Some(ScopeKind::Global) => quote!(::idem::Scope::Global),
+        Some(ScopeKind::Call) => quote!(::idem::Scope::Call),
+        Some(ScopeKind::Named(name)) => quote!(::idem::Scope::Named(#name)),
+    };
+    let ttl = duration(options.ttl.as_ref(), quote!(::idem::ToolSpec::DEFAULT_TTL));
+    let lease = duration(
+        options.lease.as_ref(),
+        quote!(::idem::ToolSpec::DEFAULT_LEASE),
+    );
+    let wait = duration(
+        options.wait.as_ref(),
+        quote!(::idem::ToolSpec::DEFAULT_WAIT),
+    );
+    quote! {
+        static __IDEM_SPEC: ::idem::ToolSpec = ::idem::ToolSpec {
+            name: #tool_name,
+            scope: #scope,
+            ttl: #ttl,
+            lease: #lease,
+            wait: #wait,
+        };
+    }
+}
+
+/// C1: adds one key or fingerprint argument through a trait defined on the spot, whose
+/// `#[diagnostic::on_unimplemented]` names the argument and the tool. The check is the
+/// call itself, spanned at the argument's type: one error per unserializable argument.
+/// (The trait has no `Serialize` supertrait: rustc would report a supertrait bound with
+/// serde's own message.)
+fn add_argument(param: &Param, tool_name: &str) -> TokenStream {
+    let name = &param.name;
+    let binding = &param.binding;
+    let ty = &param.ty;
+    let (method, label) = match param.role {
+        Role::Key => (
+            quote!(key),
+            format!("argument `{name}` is serialized into the idempotency key"),
+        ),
+        _ => (
+            quote!(fingerprint),
+            format!("argument `{name}` is serialized into the call's fingerprint (it is not in `key(…)`)"),
+        ),
+    };
+    let message = format!(
+        "`{{Self}}` cannot be part of the idempotency key of tool `{tool_name}`: it does not implement `serde::Serialize`"
+    );
+    let note = format!(
+        "every argument of an #[idempotent] tool is serialized into its key unless skipped: derive or implement `serde::Serialize` for the type, or leave the argument out with `#[idempotent(skip({name}))]`"
+    );
+    let range = span_range(ty);
+    let call = if param.impl_trait {
+        // `impl Trait` cannot be named: the value is checked, through a binding located at
+        // the type so that the error points there.
+        let at = range.0;
+        spanned_call(
+            range,
+            quote_spanned!(at=> __IdemArgument::__idem_add),
+            quote_spanned!(at=> &#binding, __idem_args),
+            quote!(?;),
+        )
+    } else {
+        spanned_call(
+            range,
+            quote_spanned!(range.0=> <#ty as __IdemArgument>::__idem_add),
+            quote!(&#binding, __idem_args),
+            quote!(?;),
+        )
+    };
+    quote! {
+        {
+            #[diagnostic::on_unimplemented(message = #message, label = #label, note = #note)]
+            trait __IdemArgument {
+                fn __idem_add(
+                    &self,
+                    args: &mut ::idem::ArgsBuilder,
+                ) -> ::core::result::Result<(), ::idem::CanonicalError>;
+            }
+            impl<T: ::idem::__private::serde::Serialize + ?::core::marker::Sized> __IdemArgument for T {
+                fn __idem_add(
+                    &self,
+                    args: &mut ::idem::ArgsBuilder,
+                ) -> ::core::result::Result<(), ::idem::CanonicalError> {
+                    args.#method(#name, self)?;
+                    ::core::result::Result::Ok(())
+                }
+            }
+            #call
+        }
+    }
+}
+
+/// The return type as the generated checks name it, and the span they report at.
+///
+/// The checks of one return type are several calls (the check itself, the protocol, the
+/// `.await`, the companion), and rustc reports each bound at a different part of a call
+/// (a generic argument, a path segment, the `await` keyword). So the type and every
+/// generated token of those calls get one span, the type's first token: rustc then drops
+/// each repeated error, and a user sees one error per missing trait, at the return type.
+pub(crate) struct CheckedOutput {
+    pub tokens: TokenStream,
+    pub range: (Span, Span),
+}
+
+impl CheckedOutput {
+    pub(crate) fn new(ty: &Type) -> Self {
+        let (first, _) = span_range(ty);
+        CheckedOutput {
+            tokens: respan(ty.to_token_stream(), first),
+            range: (first, first),
+        }
+    }
+
+    /// The span of every token of the checks.
+    pub(crate) fn span(&self) -> Span {
+        self.range.0
+    }
+
+    /// C2: `::idem::__private::check_output::<Ret>();`, the first statement of the fn and
+    /// of its companion's `tool()`.
+    pub(crate) fn check(&self) -> TokenStream {
+        let tokens = &self.tokens;
+        spanned_call(
+            self.range,
+            quote_spanned!(self.span()=> ::idem::__private::check_output::<#tokens>),
+            TokenStream::new(),
+            quote!(;),
+        )
+    }
+}
+
+fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|token| match token {
+            TokenTree::Group(group) => {
+                let mut respanned = Group::new(group.delimiter(), respan(group.stream(), span));
+                respanned.set_span(span);
+                TokenTree::Group(respanned)
+            }
+            mut other => {
+                other.set_span(span);
+                other
+            }
+        })
+        .collect()
+}
+
+/// The fn with the same signature (pattern parameters rebound) and the protocol around
+/// its original body.
+fn rewrite(tool: &ToolFn, options: &Options, tool_name: &str) -> TokenStream {
+    let ItemFn {
+        attrs,
+        vis,
+        sig,
+        block,
+    } = &tool.item;
+    let spec = spec(options, tool_name);
+    let context = match tool.params.iter().find(|p| p.role == Role::Context) {
+        Some(param) => {
+            let binding = &param.binding;
+            quote!(::core::option::Option::Some(#binding))
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    let adds = tool
+        .params
+        .iter()
+        .filter(|p| matches!(p.role, Role::Key | Role::Fingerprint))
+        .map(|p| add_argument(p, tool_name));
+    let rebinds = tool.params.iter().filter_map(|p| {
+        p.pattern.as_ref().map(|pattern| {
+            let binding = &p.binding;
+            quote!(let #pattern = #binding;)
+        })
+    });
+    let output = &tool.output;
+    let checked = CheckedOutput::new(output);
+    let span = checked.span();
+    let check = checked.check();
+    let (range, checked_output) = (checked.range, &checked.tokens);
+    let body = if sig.asyncness.is_some() {
+        spanned_call(
+            range,
+            quote_spanned!(span=> ::idem::__private::run::<#checked_output, _>),
+            quote!(__idem_prepared, async move { #(#rebinds)* #block }),
+            quote!(.await),
+        )
+    } else {
+        let closure_body = if tool.params.iter().any(|p| p.pattern.is_some()) {
+            quote!({ #(#rebinds)* #block })
+        } else {
+            block.to_token_stream()
+        };
+        spanned_call(
+            range,
+            quote_spanned!(span=> ::idem::__private::run_blocking::<#checked_output, _>),
+            quote!(__idem_prepared, move || -> #output #closure_body),
+            TokenStream::new(),
+        )
+    };
+    quote! {
+        #(#attrs)*
+        #vis #sig {
+            #spec
+            #check
+            let __idem_prepared = ::idem::prepare(&__IDEM_SPEC, #context, |__idem_args| {
+                #(#adds)*
+                ::core::result::Result::Ok(())
+            });
+            #body
+        }
+    }
+}

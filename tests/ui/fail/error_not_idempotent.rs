@@ -1,0 +1,11 @@
+// pins C2: an error type that is not `idem::IdempotentError`.
+use idem::idempotent;
+
+#[idempotent]
+pub fn refund(order: String) -> Result<String, String> {
+    Ok(order)
+}
+
+fn main() {
+    let _ = refund("o1".into());
+}
