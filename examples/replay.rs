@@ -31,7 +31,9 @@ use std::sync::LazyLock;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use idem::dispatch::{parse_turns_str, CallReport, Conversation, Dispatcher, RetryPolicy, Tool, Turn};
+use idem::dispatch::{
+    parse_turns_str, CallReport, Conversation, Dispatcher, RetryPolicy, Tool, Turn,
+};
 use idem::testkit::{EffectLog, FailOn, LosingTransport};
 use idem::{idempotent, CallContext, CallStatus, ToolError};
 
@@ -48,12 +50,19 @@ struct Done {
 /// Which call an effect belongs to: the conversation (file) and the tool-call id.
 fn effect_detail() -> String {
     let ctx = CallContext::current().unwrap_or_default();
-    format!("{}\u{0}{}", ctx.conversation_id().unwrap_or(""), ctx.tool_call_id().unwrap_or(""))
+    format!(
+        "{}\u{0}{}",
+        ctx.conversation_id().unwrap_or(""),
+        ctx.tool_call_id().unwrap_or("")
+    )
 }
 
 fn perform(tool: String) -> Result<Done, ToolError> {
     EFFECTS.record(tool.clone(), effect_detail());
-    Ok(Done { tool, execution: EFFECTS.len() })
+    Ok(Done {
+        tool,
+        execution: EFFECTS.len(),
+    })
 }
 
 /// The demo effect, keyed per conversation: equal calls in one file share one effect.
@@ -85,7 +94,11 @@ struct Options {
 const USAGE: &str = "usage: replay [--lose-first-response] [--scope conversation|call] FILE...";
 
 fn parse_options(args: impl Iterator<Item = String>) -> Result<Options, String> {
-    let mut options = Options { lose_first_response: false, scope: ScopeChoice::Conversation, files: Vec::new() };
+    let mut options = Options {
+        lose_first_response: false,
+        scope: ScopeChoice::Conversation,
+        files: Vec::new(),
+    };
     let mut args = args.peekable();
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -94,8 +107,14 @@ fn parse_options(args: impl Iterator<Item = String>) -> Result<Options, String> 
                 options.scope = match args.next().as_deref() {
                     Some("conversation") => ScopeChoice::Conversation,
                     Some("call") => ScopeChoice::Call,
-                    Some(other) => return Err(format!("--scope takes `conversation` or `call`, not `{other}`")),
-                    None => return Err("--scope needs a value: `conversation` or `call`".to_owned()),
+                    Some(other) => {
+                        return Err(format!(
+                            "--scope takes `conversation` or `call`, not `{other}`"
+                        ))
+                    }
+                    None => {
+                        return Err("--scope needs a value: `conversation` or `call`".to_owned())
+                    }
                 }
             }
             "-h" | "--help" => return Err(String::new()),
@@ -135,10 +154,14 @@ struct Summary {
 }
 
 fn read_turns(path: &PathBuf) -> Result<Vec<Turn>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
     let turns = parse_turns_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     if turns.is_empty() {
-        return Err(format!("{}: expected at least one assistant turn with tool calls, found none", path.display()));
+        return Err(format!(
+            "{}: expected at least one assistant turn with tool calls, found none",
+            path.display()
+        ));
     }
     Ok(turns)
 }
@@ -170,8 +193,14 @@ async fn run(options: Options) -> (Summary, bool) {
             }
         }
     }
-    let names: BTreeSet<String> =
-        loaded.iter().flat_map(|(_, turns)| turns.iter().flat_map(|t| t.calls.iter().map(|c| c.name.clone()))).collect();
+    let names: BTreeSet<String> = loaded
+        .iter()
+        .flat_map(|(_, turns)| {
+            turns
+                .iter()
+                .flat_map(|t| t.calls.iter().map(|c| c.name.clone()))
+        })
+        .collect();
     let mut builder = Dispatcher::builder().retry(RetryPolicy::new());
     for name in &names {
         builder = builder.tool(demo_tool(name, options.scope));
@@ -188,13 +217,17 @@ async fn run(options: Options) -> (Summary, bool) {
     };
     for (path, turns) in loaded {
         summary.files += 1;
-        let file = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+        let file = path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
         let conversation_id = path.display().to_string();
         let conversation = Conversation::new(conversation_id.as_str());
         for turn in &turns {
             summary.turns += 1;
             let outcome = dispatcher.dispatch_turn(turn, &conversation).await;
-            let executed: BTreeSet<String> = EFFECTS.effects().into_iter().map(|e| e.detail).collect();
+            let executed: BTreeSet<String> =
+                EFFECTS.effects().into_iter().map(|e| e.detail).collect();
             for call in &outcome.calls {
                 let status = status_of(call, &conversation_id, &executed);
                 summary.calls += 1;
@@ -227,10 +260,17 @@ fn main() -> ExitCode {
                 eprintln!("replay: {message}");
             }
             eprintln!("{USAGE}");
-            return if message.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(2) };
+            return if message.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(2)
+            };
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("replay: cannot start the async runtime: {e}");

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The main job on the shipped transcripts: the counts the issue requires, with and
+# without lost responses, and a clean failure on malformed input.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release --example replay
+replay=target/release/examples/replay
+transcripts=(examples/transcripts/*.json)
+
+field() { sed -E "s/.*\"$1\":([0-9]+).*/\1/" <<<"$2"; }
+fail() { echo "check-replay: $*" >&2; exit 1; }
+
+for file in "${transcripts[@]}"; do
+  plain=$("$replay" "$file" | tail -n 1)
+  lost=$("$replay" --lose-first-response "$file" | tail -n 1)
+  echo "$(basename "$file"): $plain | lost first: $lost"
+  [ "$(field errors "$plain")" = 0 ] || fail "$file: errors in $plain"
+  [ "$(field executions "$plain")" = "$(field executions "$lost")" ] || fail "$file: executions changed when responses were lost"
+  [ "$(field calls "$plain")" = "$(field attempts "$plain")" ] || fail "$file: retries without lost responses"
+  [ "$(field attempts "$lost")" = $((2 * $(field calls "$lost"))) ] || fail "$file: expected two attempts per call when the first response is lost"
+done
+
+all=$("$replay" "${transcripts[@]}" | tail -n 1)
+expected='{"files":10,"turns":11,"calls":19,"executions":17,"replays":2,"attempts":19,"errors":0}'
+[ "$all" = "$expected" ] || fail "all transcripts: got $all, expected $expected"
+all_lost=$("$replay" --lose-first-response "${transcripts[@]}" | tail -n 1)
+expected_lost='{"files":10,"turns":11,"calls":19,"executions":17,"replays":2,"attempts":38,"errors":0}'
+[ "$all_lost" = "$expected_lost" ] || fail "all transcripts, lost first responses: got $all_lost, expected $expected_lost"
+
+gemini=$("$replay" examples/transcripts/gemini-identical-calls-no-id.json | tail -n 1)
+[ "$(field calls "$gemini")" = 3 ] && [ "$(field executions "$gemini")" = 1 ] || fail "gemini identical calls: $gemini"
+per_call=$("$replay" --scope call examples/transcripts/gemini-identical-calls-no-id.json | tail -n 1)
+[ "$(field executions "$per_call")" = 3 ] || fail "gemini identical calls, --scope call: $per_call"
+
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+printf '{"not":"a transcript"}' >"$scratch/unknown.json"
+printf '{"choices": [' >"$scratch/truncated.json"
+for bad in "$scratch/unknown.json" "$scratch/truncated.json" "$scratch/missing.json"; do
+  set +e
+  "$replay" "$bad" >"$scratch/out" 2>"$scratch/err"
+  code=$?
+  set -e
+  [ "$code" = 1 ] || fail "$bad: expected exit 1, got $code"
+  grep -q "$(basename "$bad")" "$scratch/err" || fail "$bad: the message does not name the file: $(cat "$scratch/err")"
+  ! grep -q panicked "$scratch/err" || fail "$bad: panicked"
+  echo "malformed $(basename "$bad"): $(head -n 1 "$scratch/err")"
+done
+echo "check-replay: all counts as expected"
