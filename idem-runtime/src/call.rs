@@ -10,7 +10,7 @@
 //!                                                               then InProgress (S5)
 //! finish:   Ok / saved Err → complete (CAS on owner) ; retryable or layer Err → release
 //! ```
-//! A [`ClaimGuard`] releases the claim if the body panics or its future is dropped (S7).
+//! A claim guard releases the claim if the body panics or its future is dropped (S7).
 
 use std::future::Future;
 use std::sync::Arc;

@@ -19,7 +19,9 @@ use crate::outcome::CallRecord;
 /// Conversation id, tool-call id, named scope values and engine for the calls made under
 /// it; after a call, what that call did ([`last_outcome`](CallContext::last_outcome)).
 ///
-/// Cheap to clone (one `Arc`); the builder methods copy on write.
+/// Cheap to clone (one `Arc`). Clones share one outcome slot: hand a clone to a task and
+/// read what its call did on the original. The `with_*` methods derive a new context with
+/// its own slot, so contexts built for concurrent calls never see each other's outcome.
 ///
 /// ```
 /// use idem_runtime::CallContext;
@@ -80,8 +82,13 @@ impl CallContext {
         Self::default()
     }
 
+    /// A derived context: a copy of this one with `f` applied and its own outcome slot, so
+    /// calls made under the derived context never overwrite this one's
+    /// [`last_outcome`](Self::last_outcome). (Plain clones share the slot.)
     fn edit(mut self, f: impl FnOnce(&mut Inner)) -> Self {
-        f(Arc::make_mut(&mut self.inner));
+        let inner = Arc::make_mut(&mut self.inner);
+        inner.last_outcome = Arc::default();
+        f(inner);
         self
     }
 
@@ -121,7 +128,6 @@ impl CallContext {
         self.clone().edit(|inner| {
             inner.key = Some(key);
             inner.attempt = None;
-            inner.last_outcome = Arc::default();
         })
     }
 
@@ -260,5 +266,38 @@ impl AttemptRecord {
     pub(crate) fn remember(&self, derived: DerivedKey) {
         let mut slot = self.derived.lock().unwrap_or_else(PoisonError::into_inner);
         slot.get_or_insert(derived);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::Timestamp;
+    use crate::outcome::CallStatus;
+
+    fn record() -> CallRecord {
+        CallRecord {
+            tool: "t".into(),
+            key: IdempotencyKey::from_hex(&"a".repeat(64)).unwrap(),
+            status: CallStatus::Executed,
+            created_at: Timestamp::EPOCH,
+            expires_at: Timestamp::EPOCH,
+            recorded: true,
+            takeover: false,
+        }
+    }
+
+    // pins S12: clones share the outcome slot; derived contexts get their own
+    #[test]
+    fn derived_contexts_have_their_own_outcome_slot() {
+        let base = CallContext::new().with_conversation("c");
+        let clone = base.clone();
+        let derived = base.clone().with_tool_call("call_1");
+        clone.set_last_outcome(record());
+        assert_eq!(base.last_outcome(), Some(record()));
+        assert_eq!(derived.last_outcome(), None);
+        derived.set_last_outcome(record());
+        let other = base.clone().with_tool_call("call_2");
+        assert_eq!(other.last_outcome(), None);
     }
 }
