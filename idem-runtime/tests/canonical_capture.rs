@@ -476,3 +476,51 @@ fn annex_format_matches_the_module_docs() {
         "[9007199254740992]\n9007199254740992"
     );
 }
+
+// pins K4: repeated structs of one type (whose member order a capture remembers),
+// structs whose field set varies, and types sharing field names all canonicalise as the
+// serde_json::Value of the same data does
+#[test]
+fn repeated_and_varying_structs_sort_like_maps() {
+    #[derive(Serialize)]
+    struct Line {
+        sku: String,
+        qty: u32,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        note: Option<String>,
+        amount: f64,
+    }
+    #[derive(Serialize)]
+    struct Other {
+        qty: u32,
+        sku: &'static str,
+    }
+    #[derive(Serialize)]
+    enum Event {
+        Moved { to: u8, from: u8 },
+    }
+    let lines: Vec<Line> = (0..10)
+        .map(|i| Line {
+            sku: format!("S{i}"),
+            qty: i,
+            note: (i % 3 == 0).then(|| "n".into()),
+            amount: f64::from(i) / 2.0,
+        })
+        .collect();
+    let value = (
+        lines,
+        vec![Other { qty: 1, sku: "x" }, Other { qty: 2, sku: "y" }],
+        [
+            Event::Moved { to: 2, from: 1 },
+            Event::Moved { to: 3, from: 2 },
+        ],
+    );
+    let expected = to_canonical(&serde_json::to_value(&value).unwrap()).unwrap();
+    assert_eq!(to_canonical(&value).unwrap(), expected);
+    assert!(expected
+        .as_str()
+        .contains(r#"{"amount":0,"note":"n","qty":0,"sku":"S0"}"#));
+    assert!(expected
+        .as_str()
+        .contains(r#"{"amount":0.5,"qty":1,"sku":"S1"}"#));
+}

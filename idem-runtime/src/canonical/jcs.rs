@@ -25,16 +25,11 @@ impl Node {
     pub fn to_canonical(&self) -> CanonicalJson {
         let mut writer = Writer {
             node: self,
-            out: String::with_capacity(self.text.len() + 4 * self.tokens.len() + 8),
-            annex: String::new(),
-            scratch: Vec::new(),
+            out: Vec::with_capacity(self.text.len() + 4 * self.tokens.len() + 8),
+            annex: Vec::new(),
         };
-        let text = match writer.write() {
-            Ok(()) => {
-                let mut text = writer.out;
-                text.push_str(&writer.annex);
-                text
-            }
+        let text = match writer.write().and_then(|()| writer.finish()) {
+            Ok(text) => text,
             // The crate refuses only NaN/±Infinity, non-string keys and duplicate keys,
             // none of which a `Node` holds, and writes only UTF-8. Should it refuse
             // anyway, the text is a NUL byte and the node's debug rendering: never a JCS
@@ -46,25 +41,29 @@ impl Node {
     }
 }
 
-/// `serde_json_canonicalizer` refused a token, or wrote something that is not UTF-8.
+/// `serde_json_canonicalizer` refused a token, or the text is not UTF-8.
 struct Refused;
 
 struct Writer<'a> {
     node: &'a Node,
-    /// The JCS text so far.
-    out: String,
+    /// The JCS text so far (UTF-8: copied from `str`s, ASCII, or the crate's output).
+    out: Vec<u8>,
     /// The exactness annex so far: `\n` + digits per unsafe integer, in text order.
-    annex: String,
-    /// The crate's output for one token.
-    scratch: Vec<u8>,
+    annex: Vec<u8>,
 }
 
 impl Writer<'_> {
+    /// The JCS text and the annex, as one string.
+    fn finish(mut self) -> Result<String, Refused> {
+        self.out.extend_from_slice(&self.annex);
+        String::from_utf8(self.out).map_err(|_| Refused)
+    }
+
     /// One pass over the tokens, which are in document order already.
     fn write(&mut self) -> Result<(), Refused> {
         let node = self.node;
         // The open containers: the index where each ends, and its closing bracket.
-        let mut open: Vec<(usize, char)> = Vec::new();
+        let mut open: Vec<(usize, u8)> = Vec::new();
         // Whether the next value or name needs a comma before it.
         let mut comma = false;
         for (at, &token) in node.tokens.iter().enumerate() {
@@ -77,28 +76,28 @@ impl Writer<'_> {
                 comma = true;
             }
             if comma {
-                self.out.push(',');
+                self.out.push(b',');
             }
             comma = true;
             match token {
-                Token::Null => self.out.push_str("null"),
-                Token::Bool(true) => self.out.push_str("true"),
-                Token::Bool(false) => self.out.push_str("false"),
+                Token::Null => self.out.extend_from_slice(b"null"),
+                Token::Bool(true) => self.out.extend_from_slice(b"true"),
+                Token::Bool(false) => self.out.extend_from_slice(b"false"),
                 Token::Number(n) => self.number(n)?,
                 Token::String(span) => self.string(node.str(span))?,
                 Token::Name(span) => {
                     self.string(node.str(span))?;
-                    self.out.push(':');
+                    self.out.push(b':');
                     comma = false;
                 }
                 Token::Array { len, .. } => {
-                    self.out.push('[');
-                    open.push((at + 1 + len, ']'));
+                    self.out.push(b'[');
+                    open.push((at + 1 + len, b']'));
                     comma = false;
                 }
                 Token::Object { len, .. } => {
-                    self.out.push('{');
-                    open.push((at + 1 + len, '}'));
+                    self.out.push(b'{');
+                    open.push((at + 1 + len, b'}'));
                     comma = false;
                 }
             }
@@ -113,9 +112,9 @@ impl Writer<'_> {
         if needs_escape(s.as_bytes()) {
             self.by_crate(&s)
         } else {
-            self.out.push('"');
-            self.out.push_str(s);
-            self.out.push('"');
+            self.out.push(b'"');
+            self.out.extend_from_slice(s.as_bytes());
+            self.out.push(b'"');
             Ok(())
         }
     }
@@ -127,13 +126,13 @@ impl Writer<'_> {
                 Ok(())
             }
             Number::Int(v) => {
-                self.annex.push('\n');
+                self.annex.push(b'\n');
                 push_int(&mut self.annex, v);
                 self.by_crate(&n)
             }
             Number::Big(v) => {
-                self.annex.push('\n');
-                self.annex.push_str(&v.to_string());
+                self.annex.push(b'\n');
+                self.annex.extend_from_slice(v.to_string().as_bytes());
                 self.by_crate(&n)
             }
             Number::F64(_) | Number::F32(_) => self.by_crate(&n),
@@ -142,11 +141,7 @@ impl Writer<'_> {
 
     /// Appends the crate's JCS text of one token.
     fn by_crate<T: serde::Serialize>(&mut self, token: &T) -> Result<(), Refused> {
-        self.scratch.clear();
-        serde_json_canonicalizer::to_writer(token, &mut self.scratch).map_err(|_| Refused)?;
-        let text = std::str::from_utf8(&self.scratch).map_err(|_| Refused)?;
-        self.out.push_str(text);
-        Ok(())
+        serde_json_canonicalizer::to_writer(token, &mut self.out).map_err(|_| Refused)
     }
 }
 
@@ -177,7 +172,7 @@ fn needs_escape(bytes: &[u8]) -> bool {
 }
 
 /// Appends the decimal digits of `v` (with `-` if negative).
-fn push_int(out: &mut String, v: i128) {
+fn push_int(out: &mut Vec<u8>, v: i128) {
     let mut buf = [0u8; 40];
     let mut at = buf.len();
     let mut rest = v.unsigned_abs();
@@ -193,7 +188,7 @@ fn push_int(out: &mut String, v: i128) {
         at -= 1;
         buf[at] = b'-';
     }
-    out.extend(buf[at..].iter().map(|&b| char::from(b)));
+    out.extend_from_slice(buf.get(at..).unwrap_or_default());
 }
 
 #[cfg(test)]
@@ -228,9 +223,9 @@ mod tests {
             i128::MIN,
             i128::MAX,
         ] {
-            let mut out = String::new();
+            let mut out = Vec::new();
             push_int(&mut out, v);
-            assert_eq!(out, v.to_string());
+            assert_eq!(out, v.to_string().as_bytes());
         }
     }
 }

@@ -59,6 +59,7 @@
 
 mod builder;
 mod capture;
+mod compound;
 mod error;
 mod jcs;
 mod key;
@@ -66,6 +67,7 @@ mod node;
 mod order;
 mod path;
 mod serialize;
+mod sort;
 mod tokens;
 
 use std::fmt;
