@@ -322,6 +322,15 @@ fn failing_serialize_impls_are_located() {
         args.key("db", &Failing),
         Err(CanonicalError::Serialize { path, .. }) if path == "db"
     ));
+    // A failure deep inside an argument leaves the arguments as they were.
+    let nested = vec![Args { handle: Failing }];
+    assert!(matches!(
+        args.key("nested", &nested),
+        Err(CanonicalError::Serialize { path, .. }) if path == "nested[0].handle"
+    ));
+    args.key("order_id", &7).unwrap();
+    let (canonical, _) = args.finish();
+    assert_eq!(canonical.as_str(), r#"{"order_id":7}"#);
 }
 
 // pins K3: errors serialize as tagged objects (stored diagnostics)

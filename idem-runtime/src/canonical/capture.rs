@@ -340,6 +340,7 @@ impl<'a> ser::Serializer for Capture<'a> {
     ) -> Result<StructVariantCapture<'a>, CaptureError> {
         let outer = self.open_variant(variant);
         let inner = self.b.open_object();
+        let fields = self.b.fields.len();
         Ok(StructVariantCapture {
             b: self.b,
             path: self.path,
@@ -347,6 +348,7 @@ impl<'a> ser::Serializer for Capture<'a> {
             outer,
             inner,
             count: 0,
+            fields,
         })
     }
 }

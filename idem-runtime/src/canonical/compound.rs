@@ -256,6 +256,8 @@ pub(super) struct StructVariantCapture<'a> {
     pub(super) outer: usize,
     pub(super) inner: usize,
     pub(super) count: usize,
+    /// Where this variant's field names start on the builder's field stack.
+    pub(super) fields: usize,
 }
 
 impl ser::SerializeStructVariant for StructVariantCapture<'_> {
@@ -264,13 +266,15 @@ impl ser::SerializeStructVariant for StructVariantCapture<'_> {
     fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Done {
         let variant = Path::Member(self.path, self.variant);
         self.b.name(key);
+        self.b.fields.push(key);
         capture_into(value, self.b, &Path::Member(&variant, key))?;
         self.count += 1;
         Ok(())
     }
     fn end(self) -> Done {
         let variant = Path::Member(self.path, self.variant);
-        self.b.close_object(self.inner, self.count, &variant)?;
+        self.b
+            .close_struct(self.inner, self.count, self.fields, &variant)?;
         self.b.close_sorted_object(self.outer, 1);
         Ok(())
     }

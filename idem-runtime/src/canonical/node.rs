@@ -225,7 +225,11 @@ impl ObjectBuilder {
             }
             i += 1 + builder.tokens.get(i + 1).map_or(1, |t| t.span_len());
         }
-        let (tokens, text) = (builder.tokens.len(), builder.text.len());
+        let before = (
+            builder.tokens.len(),
+            builder.text.len(),
+            builder.fields.len(),
+        );
         builder.name(name);
         match capture_value(value, builder, &Path::Root(name)) {
             Ok(()) => {
@@ -233,8 +237,9 @@ impl ObjectBuilder {
                 Ok(())
             }
             Err(error) => {
-                builder.tokens.truncate(tokens);
-                builder.text.truncate(text);
+                builder.tokens.truncate(before.0);
+                builder.text.truncate(before.1);
+                builder.fields.truncate(before.2);
                 Err(error)
             }
         }

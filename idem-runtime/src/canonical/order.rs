@@ -21,7 +21,8 @@ pub(super) fn cmp_utf16(a: &str, b: &str) -> Ordering {
         .rev()
         .find(|&i| a.is_char_boundary(i))
         .unwrap_or(0);
-    match (a[start..].chars().next(), b[start..].chars().next()) {
+    let first_char = |s: &str| s.get(start..).and_then(|rest| rest.chars().next());
+    match (first_char(a), first_char(b)) {
         (Some(x), Some(y)) => first_unit(x).cmp(&first_unit(y)).then(x.cmp(&y)),
         // Unreachable: both strings extend past `diff`. Fall back to the exact rule.
         _ => a.encode_utf16().cmp(b.encode_utf16()),
