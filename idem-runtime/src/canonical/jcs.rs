@@ -84,9 +84,9 @@ impl Writer<'_> {
                 Token::Bool(true) => self.out.extend_from_slice(b"true"),
                 Token::Bool(false) => self.out.extend_from_slice(b"false"),
                 Token::Number(n) => self.number(n)?,
-                Token::String(span) => self.string(node.str(span))?,
+                Token::String(span) => self.string(node.bytes(span))?,
                 Token::Name(span) => {
-                    self.string(node.str(span))?;
+                    self.string(node.bytes(span))?;
                     self.out.push(b':');
                     comma = false;
                 }
@@ -108,12 +108,14 @@ impl Writer<'_> {
         Ok(())
     }
 
-    fn string(&mut self, s: &str) -> Result<(), Refused> {
-        if needs_escape(s.as_bytes()) {
+    /// A string, given as the UTF-8 bytes of a `str` of the node's text.
+    fn string(&mut self, s: &[u8]) -> Result<(), Refused> {
+        if needs_escape(s) {
+            let s = std::str::from_utf8(s).map_err(|_| Refused)?;
             self.by_crate(&s)
         } else {
             self.out.push(b'"');
-            self.out.extend_from_slice(s.as_bytes());
+            self.out.extend_from_slice(s);
             self.out.push(b'"');
             Ok(())
         }
@@ -145,48 +147,57 @@ impl Writer<'_> {
     }
 }
 
-/// True when `bytes` holds `"`, `\` or a control character (below 0x20): the bytes JSON
-/// strings escape. Eight bytes at a time, then byte by byte.
+/// True when `bytes` holds `"`, `\\` or a control character (below 0x20): the bytes JSON
+/// strings escape. Eight bytes at a time (the last eight overlapping the previous ones),
+/// byte by byte below eight.
 fn needs_escape(bytes: &[u8]) -> bool {
     const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
     const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
-    // Nonzero iff some byte of `x` is zero (exact test, no false positives).
+    // Whether some byte of `x` is zero (exact, byte by byte).
     let has_zero = |x: u64| ((x & !HIGHS).wrapping_add(!HIGHS) | x) & HIGHS != HIGHS;
+    // Whether some byte of `x` is below 0x20 (exact as a yes/no answer).
     let has_below_0x20 = |x: u64| x.wrapping_sub(ONES * 0x20) & !x & HIGHS != 0;
-    let mut chunks = bytes.chunks_exact(8);
-    for chunk in &mut chunks {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(chunk);
+    let special = |word: &[u8]| {
+        let Ok(word) = <[u8; 8]>::try_from(word) else {
+            return true;
+        };
         let x = u64::from_ne_bytes(word);
-        if has_below_0x20(x)
+        has_below_0x20(x)
             || has_zero(x ^ (ONES * u64::from(b'"')))
             || has_zero(x ^ (ONES * u64::from(b'\\')))
-        {
-            return true;
-        }
+    };
+    if bytes.len() < 8 {
+        return bytes.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\');
     }
-    chunks
-        .remainder()
-        .iter()
-        .any(|&b| b < 0x20 || b == b'"' || b == b'\\')
+    let mut chunks = bytes.chunks_exact(8);
+    if chunks.any(special) {
+        return true;
+    }
+    !chunks.remainder().is_empty() && special(bytes.get(bytes.len() - 8..).unwrap_or_default())
 }
 
 /// Appends the decimal digits of `v` (with `-` if negative).
 fn push_int(out: &mut Vec<u8>, v: i128) {
-    let mut buf = [0u8; 40];
+    if v < 0 {
+        out.push(b'-');
+    }
+    match u64::try_from(v.unsigned_abs()) {
+        Ok(magnitude) => push_u64(out, magnitude),
+        Err(_) => out.extend_from_slice(v.unsigned_abs().to_string().as_bytes()),
+    }
+}
+
+/// Appends the decimal digits of `v`.
+fn push_u64(out: &mut Vec<u8>, mut v: u64) {
+    let mut buf = [0u8; 20];
     let mut at = buf.len();
-    let mut rest = v.unsigned_abs();
     loop {
         at -= 1;
-        buf[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
+        buf[at] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
             break;
         }
-    }
-    if v < 0 {
-        at -= 1;
-        buf[at] = b'-';
     }
     out.extend_from_slice(buf.get(at..).unwrap_or_default());
 }
@@ -199,7 +210,7 @@ mod tests {
     #[test]
     fn escape_scan_agrees_with_the_byte_rule() {
         let plain = |b: u8| b >= 0x20 && b != b'"' && b != b'\\';
-        for len in 0..20 {
+        for len in 0..40 {
             for pos in 0..len {
                 for special in (0u8..=0x7f).chain([0x80, 0xc3, 0xff]) {
                     let mut bytes = vec![b'a'; len];
@@ -220,6 +231,9 @@ mod tests {
             10,
             9_007_199_254_740_991,
             -9_007_199_254_740_991,
+            u64::MAX.into(),
+            -i128::from(u64::MAX),
+            i128::from(u64::MAX) + 1,
             i128::MIN,
             i128::MAX,
         ] {

@@ -105,6 +105,15 @@ impl Node {
         self.text.get(span.start..span.end).unwrap_or_default()
     }
 
+    /// The bytes of `span` (UTF-8 of a `str`); empty if the span is not in this node's
+    /// text.
+    pub(super) fn bytes(&self, span: Span) -> &[u8] {
+        self.text
+            .as_bytes()
+            .get(span.start..span.end)
+            .unwrap_or_default()
+    }
+
     /// An object node from `(name, node)` members, in any order: the members are sorted
     /// by the UTF-16 code units of their names (RFC 8785 §3.2.3). This is how a call's
     /// arguments become one `{argname: value, …}` object.
