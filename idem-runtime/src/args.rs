@@ -4,13 +4,13 @@ use std::sync::LazyLock;
 
 use serde::Serialize;
 
-use crate::canonical::{capture_at, CanonicalError, CanonicalJson, Node};
+use crate::canonical::{CanonicalError, CanonicalJson, ObjectBuilder};
 use crate::key::{derive_fingerprint, Fingerprint};
 
 /// The fingerprint of an empty argument set: what every call of a tool without `key(…)`
 /// has, since all its arguments are in the key.
 pub(crate) static EMPTY_FINGERPRINT: LazyLock<Fingerprint> =
-    LazyLock::new(|| derive_fingerprint(&Node::object(Vec::new()).to_canonical()));
+    LazyLock::new(|| derive_fingerprint(&ObjectBuilder::default().finish().to_canonical()));
 
 /// The arguments of one call, split into key and fingerprint members (K8).
 ///
@@ -19,8 +19,8 @@ pub(crate) static EMPTY_FINGERPRINT: LazyLock<Fingerprint> =
 /// never added. The attribute fills this; hand-written wrappers may too.
 #[derive(Debug, Default)]
 pub struct ArgsBuilder {
-    key: Vec<(String, Node)>,
-    fingerprint: Vec<(String, Node)>,
+    key: ObjectBuilder,
+    fingerprint: ObjectBuilder,
 }
 
 impl ArgsBuilder {
@@ -32,13 +32,15 @@ impl ArgsBuilder {
     /// Adds an identity argument: part of the key.
     ///
     /// # Errors
-    /// [`CanonicalError`] naming the argument when its value has no canonical JSON.
+    /// [`CanonicalError`] naming the argument when its value has no canonical JSON, or
+    /// [`CanonicalError::DuplicateMember`] when an identity argument of that name was
+    /// already added.
     pub fn key<T: Serialize + ?Sized>(
         &mut self,
         name: &str,
         value: &T,
     ) -> Result<&mut Self, CanonicalError> {
-        self.key.push((name.to_owned(), capture_at(value, name)?));
+        self.key.member(name, value)?;
         Ok(self)
     }
 
@@ -46,24 +48,23 @@ impl ArgsBuilder {
     /// same key and a different value is a `Mismatch` (S9).
     ///
     /// # Errors
-    /// As [`ArgsBuilder::key`].
+    /// As [`ArgsBuilder::key`], for fingerprint arguments.
     pub fn fingerprint<T: Serialize + ?Sized>(
         &mut self,
         name: &str,
         value: &T,
     ) -> Result<&mut Self, CanonicalError> {
-        self.fingerprint
-            .push((name.to_owned(), capture_at(value, name)?));
+        self.fingerprint.member(name, value)?;
         Ok(self)
     }
 
     /// The canonical JSON of the key object, and the fingerprint.
     pub fn finish(self) -> (CanonicalJson, Fingerprint) {
-        let key = Node::object(self.key).to_canonical();
+        let key = self.key.finish().to_canonical();
         let fingerprint = if self.fingerprint.is_empty() {
             EMPTY_FINGERPRINT.clone()
         } else {
-            derive_fingerprint(&Node::object(self.fingerprint).to_canonical())
+            derive_fingerprint(&self.fingerprint.finish().to_canonical())
         };
         (key, fingerprint)
     }
