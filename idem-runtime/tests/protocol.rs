@@ -616,6 +616,21 @@ async fn unsaved_outcome_keeps_the_key_in_progress_until_the_lease_lapses() {
     );
 }
 
+// pins S10: an outcome that cannot be saved (non-finite float) is still returned; the key stays in progress
+#[tokio::test]
+async fn unencodable_outcome_is_returned_and_not_released() {
+    let h = Harness::new();
+    let spec = spec("measure", 86_400_000, 30_000, 0);
+    let ctx = h.ctx("conv_nan");
+    let p = prepare(spec, Some(&ctx), |a| a.key("x", &1u8).map(drop)).unwrap();
+    let key = p.key().clone();
+    let out: Result<f64, ToolError> = p.run(async { Ok(f64::NAN) }).await;
+    assert!(out.unwrap().is_nan());
+    assert!(!ctx.last_outcome().unwrap().recorded);
+    let record = h.store.read(&key, h.now()).await.unwrap().unwrap();
+    assert!(matches!(record.state, RecordState::InProgress { .. }));
+}
+
 // pins K10: the key is available inside the body and on the outcome
 #[tokio::test]
 async fn key_is_available_inside_the_body_and_on_the_outcome() {
