@@ -3,10 +3,10 @@
 //!
 //! Member order comes from the node (sorted by UTF-16 code units when it was built,
 //! RFC 8785 §3.2.3) and the punctuation (`{`, `:`, `,`, `[`) is written here. The text of
-//! every number and of every string that needs an escape is written by
-//! `serde_json_canonicalizer`. Two kinds of token have a text that no JCS rule changes
-//! and are copied directly, which keeps the crate's per-token allocations off the common
-//! path:
+//! every string that needs an escape is written by `serde_json_canonicalizer`; floats are
+//! written by `ryu-js`, the ECMAScript number formatter that crate itself calls. Two kinds
+//! of token have a text that no JCS rule changes and are copied directly, which keeps the
+//! crate's per-token allocations off the common path:
 //! - a string with no `"`, `\` or control character: RFC 8785 §3.2.2.2 writes every other
 //!   character as itself, so its text is the string between quotes;
 //! - an integer of magnitude at most 2^53 − 1: it is a double exactly, and ECMAScript
@@ -137,8 +137,22 @@ impl Writer<'_> {
                 self.annex.extend_from_slice(v.to_string().as_bytes());
                 self.by_crate(&n)
             }
-            Number::F64(_) | Number::F32(_) => self.by_crate(&n),
+            Number::F64(v) => self.float(v),
+            Number::F32(v) => self.float(f64::from(v)),
         }
+    }
+
+    /// A finite double in ECMAScript `Number.prototype.toString` form (RFC 8785 §3.2.2.3),
+    /// by `ryu-js`, the formatter `serde_json_canonicalizer` itself uses (`-0` → `0`,
+    /// `1e21` → `1e+21`). A `Node` holds only finite floats.
+    fn float(&mut self, v: f64) -> Result<(), Refused> {
+        if !v.is_finite() {
+            return Err(Refused);
+        }
+        let mut buffer = ryu_js::Buffer::new();
+        self.out
+            .extend_from_slice(buffer.format_finite(v).as_bytes());
+        Ok(())
     }
 
     /// Appends the crate's JCS text of one token.
@@ -148,58 +162,19 @@ impl Writer<'_> {
 }
 
 /// True when `bytes` holds `"`, `\\` or a control character (below 0x20): the bytes JSON
-/// strings escape. Eight bytes at a time (the last eight overlapping the previous ones),
-/// byte by byte below eight.
+/// strings escape (RFC 8785 §3.2.2.2); every other character is written as itself.
+/// No early exit: a branch-free fold the compiler vectorises (most strings need no escape,
+/// so the whole string is read either way).
 fn needs_escape(bytes: &[u8]) -> bool {
-    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
-    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
-    // Whether some byte of `x` is zero (exact, byte by byte).
-    let has_zero = |x: u64| ((x & !HIGHS).wrapping_add(!HIGHS) | x) & HIGHS != HIGHS;
-    // Whether some byte of `x` is below 0x20 (exact as a yes/no answer).
-    let has_below_0x20 = |x: u64| x.wrapping_sub(ONES * 0x20) & !x & HIGHS != 0;
-    let special = |word: &[u8]| {
-        let Ok(word) = <[u8; 8]>::try_from(word) else {
-            return true;
-        };
-        let x = u64::from_ne_bytes(word);
-        has_below_0x20(x)
-            || has_zero(x ^ (ONES * u64::from(b'"')))
-            || has_zero(x ^ (ONES * u64::from(b'\\')))
-    };
-    if bytes.len() < 8 {
-        return bytes.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\');
-    }
-    let mut chunks = bytes.chunks_exact(8);
-    if chunks.any(special) {
-        return true;
-    }
-    !chunks.remainder().is_empty() && special(bytes.get(bytes.len() - 8..).unwrap_or_default())
+    bytes.iter().fold(false, |found, &b| {
+        found | (b < 0x20) | (b == b'"') | (b == b'\\')
+    })
 }
 
-/// Appends the decimal digits of `v` (with `-` if negative).
+/// Appends the decimal digits of `v` (with `-` if negative), by `itoa`.
 fn push_int(out: &mut Vec<u8>, v: i128) {
-    if v < 0 {
-        out.push(b'-');
-    }
-    match u64::try_from(v.unsigned_abs()) {
-        Ok(magnitude) => push_u64(out, magnitude),
-        Err(_) => out.extend_from_slice(v.unsigned_abs().to_string().as_bytes()),
-    }
-}
-
-/// Appends the decimal digits of `v`.
-fn push_u64(out: &mut Vec<u8>, mut v: u64) {
-    let mut buf = [0u8; 20];
-    let mut at = buf.len();
-    loop {
-        at -= 1;
-        buf[at] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(buf.get(at..).unwrap_or_default());
+    let mut buffer = itoa::Buffer::new();
+    out.extend_from_slice(buffer.format(v).as_bytes());
 }
 
 #[cfg(test)]
