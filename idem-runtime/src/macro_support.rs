@@ -187,19 +187,8 @@ pub fn arguments_object<'de, D: Deserializer<'de>>(
         Value::Null => Ok(Map::new()),
         other => Err(D::Error::custom(format_args!(
             "the arguments must be a JSON object, not {}",
-            kind(&other)
+            crate::dispatch::parse::kind(&other)
         ))),
-    }
-}
-
-fn kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 

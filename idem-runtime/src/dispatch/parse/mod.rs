@@ -42,6 +42,7 @@ mod read;
 use serde_json::Value;
 
 pub use error::{ArgumentError, ParseError};
+pub(crate) use path::kind;
 
 use crate::dispatch::{Provider, Turn};
 
