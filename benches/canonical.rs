@@ -140,10 +140,7 @@ fn key_of<T: Serialize>(value: &T) -> idem::IdempotencyKey {
         .expect("benchmark data canonicalises");
     let (canonical, _fingerprint) = args.finish();
     derive_key(
-        ScopeComponent {
-            kind: "conversation",
-            value: Some("conv_1"),
-        },
+        ScopeComponent::new("conversation", Some("conv_1")),
         "import_orders",
         &canonical,
     )

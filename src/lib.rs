@@ -38,11 +38,11 @@
 //! // Keys are scoped to a conversation by default: say which one.
 //! let ctx = CallContext::new().with_conversation("conv_42");
 //!
-//! let first = ctx.scope(send_refund("ord_7", 500)).await?;
+//! let first = ctx.run(send_refund("ord_7", 500)).await?;
 //! assert_eq!(ctx.last_outcome().unwrap().status, CallStatus::Executed);
 //!
 //! // The agent retries after a timeout: same arguments, same conversation, same key.
-//! let retry = ctx.scope(send_refund("ord_7", 500)).await?;
+//! let retry = ctx.run(send_refund("ord_7", 500)).await?;
 //! let outcome = ctx.last_outcome().unwrap();
 //! assert_eq!(outcome.status, CallStatus::Replayed);
 //! assert_eq!(retry, first, "the retry gets the first refund back");

@@ -45,7 +45,13 @@ fn key_by_hand(
     ctx: &CallContext,
     fill: impl FnOnce(&mut idem::ArgsBuilder) -> Result<(), idem::CanonicalError>,
 ) -> IdempotencyKey {
-    idem::prepare(spec, Some(ctx), fill).unwrap().key().clone()
+    // A derived context (own outcome slot), so that preparing this probe does not clear
+    // the outcome of the call under test.
+    let probe = ctx.clone().with_scope("__key_by_hand", "probe");
+    idem::prepare(spec, Some(&probe), fill)
+        .unwrap()
+        .key()
+        .clone()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -237,9 +243,9 @@ fn sync_tool_runs_once_then_replays_the_saved_value() {
 #[tokio::test]
 async fn async_tool_runs_once_then_replays_the_saved_value() {
     let (ctx, log) = (context(), EffectLog::new());
-    let first = ctx.scope(refund_later(&log, "ord_1", 500)).await.unwrap();
+    let first = ctx.run(refund_later(&log, "ord_1", 500)).await.unwrap();
     assert_eq!(status(&ctx), CallStatus::Executed);
-    let second = ctx.scope(refund_later(&log, "ord_1", 500)).await.unwrap();
+    let second = ctx.run(refund_later(&log, "ord_1", 500)).await.unwrap();
     assert_eq!(status(&ctx), CallStatus::Replayed);
     assert_eq!(first, second);
     assert_eq!(log.len(), 1, "the body ran once");
@@ -515,8 +521,8 @@ async fn async_methods_with_reference_arguments_run() {
         refunds: 0,
     };
     let order = String::from("ord_1");
-    assert_eq!(ctx.scope(bank.refund_later(&order)).await, Ok(1));
-    assert_eq!(ctx.scope(bank.refund_later(&order)).await, Ok(1));
+    assert_eq!(ctx.run(bank.refund_later(&order)).await, Ok(1));
+    assert_eq!(ctx.run(bank.refund_later(&order)).await, Ok(1));
     assert_eq!(bank.refunds, 1);
 }
 
@@ -550,7 +556,7 @@ fn generated_futures_are_send_when_the_body_is() {
     };
     assert_send(bank.refund_later("ord_1"));
     // And the context wrapper keeps it Send.
-    assert_send(ctx.scope(send_refund("ord_1", 5, None)));
+    assert_send(ctx.run(send_refund("ord_1", 5, None)));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -560,10 +566,7 @@ fn generated_futures_are_send_when_the_body_is() {
 #[tokio::test]
 async fn the_companion_tool_derives_the_direct_call_key() {
     let ctx = context();
-    let direct = ctx
-        .scope(send_refund("ord_1", 500, Some("!")))
-        .await
-        .unwrap();
+    let direct = ctx.run(send_refund("ord_1", 500, Some("!"))).await.unwrap();
     let direct_key = key(&ctx);
 
     let tool = send_refund::tool();

@@ -153,12 +153,12 @@ async fn ttl_boundary_replays_at_ttl_minus_one_ms_and_runs_again_at_ttl() {
         .with_engine(engine(&clock))
         .with_conversation("conv_seed_d");
     let first = ctx
-        .scope(send_refund("ord_seed_d".into(), 700))
+        .run(send_refund("ord_seed_d".into(), 700))
         .await
         .unwrap();
     clock.advance(Duration::from_secs(24 * 60 * 60) - Duration::from_millis(1));
     let replay = ctx
-        .scope(send_refund("ord_seed_d".into(), 700))
+        .run(send_refund("ord_seed_d".into(), 700))
         .await
         .unwrap();
     assert_eq!(replay, first);
@@ -166,7 +166,7 @@ async fn ttl_boundary_replays_at_ttl_minus_one_ms_and_runs_again_at_ttl() {
     assert_eq!(refunds_for("ord_seed_d"), 1);
     clock.advance(Duration::from_millis(1));
     let again = ctx
-        .scope(send_refund("ord_seed_d".into(), 700))
+        .run(send_refund("ord_seed_d".into(), 700))
         .await
         .unwrap();
     assert_eq!(ctx.last_outcome().unwrap().status, CallStatus::Executed);

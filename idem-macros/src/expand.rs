@@ -36,7 +36,7 @@
 //! On any error in the attribute or the fn's shape, the output is the errors, the fn
 //! unchanged, and a stub companion (C3).
 
-use proc_macro2::{Delimiter, Group, Literal, Span, TokenStream, TokenTree};
+use proc_macro2::{Delimiter, Group, Ident, Literal, Span, TokenStream, TokenTree};
 use quote::{quote, quote_spanned, ToTokens};
 use syn::ext::IdentExt;
 use syn::{Item, ItemFn, TraitItemFn, Type};
@@ -187,7 +187,25 @@ fn spec(options: &Options, tool_name: &str) -> TokenStream {
 /// call itself, spanned at the argument's type: one error per unserializable argument.
 /// (The trait has no `Serialize` supertrait: rustc would report a supertrait bound with
 /// serde's own message.)
+/// `prepared, async move BODY`: the body's own block is the async block when no pattern
+/// argument needs rebinding; otherwise the rebinds come first and the block's value is
+/// bound then returned, so rustc sees no braces to call unnecessary (`unused_braces`).
+fn async_body(prepared: &Ident, rebinds: Vec<TokenStream>, block: &syn::Block) -> TokenStream {
+    if rebinds.is_empty() {
+        return quote!(#prepared, async move #block);
+    }
+    let value = generated_local("__idem_value");
+    quote!(#prepared, async move { #(#rebinds)* let #value = #block; #value })
+}
+
+/// A local of the generated code, with mixed-site hygiene: user code (the body, argument
+/// names) can neither see it nor shadow it, whatever the user's names are (C4).
+fn generated_local(name: &str) -> Ident {
+    Ident::new(name, Span::mixed_site())
+}
+
 fn add_argument(param: &Param, tool_name: &str) -> TokenStream {
+    let args = generated_local("__idem_args");
     let name = &param.name;
     let binding = &param.binding;
     let ty = &param.ty;
@@ -205,7 +223,7 @@ fn add_argument(param: &Param, tool_name: &str) -> TokenStream {
         "`{{Self}}` cannot be part of the idempotency key of tool `{tool_name}`: it does not implement `serde::Serialize`"
     );
     let note = format!(
-        "every argument of an #[idempotent] tool is serialized into its key unless skipped: derive or implement `serde::Serialize` for the type, or leave the argument out with `#[idempotent(skip({name}))]`"
+        "every argument of an #[idempotent] tool is serialized into its key unless skipped: derive or implement `serde::Serialize` for the type, or leave the argument out with `#[idempotent(skip({name}))]` (a handle that cannot come from a tool call's JSON arguments also needs `dispatch = false`)"
     );
     let range = span_range(ty);
     let call = if param.impl_trait {
@@ -215,14 +233,14 @@ fn add_argument(param: &Param, tool_name: &str) -> TokenStream {
         spanned_call(
             range,
             quote_spanned!(at=> __IdemArgument::__idem_add),
-            quote_spanned!(at=> &#binding, __idem_args),
+            quote_spanned!(at=> &#binding, #args),
             quote!(?;),
         )
     } else {
         spanned_call(
             range,
             quote_spanned!(range.0=> <#ty as __IdemArgument>::__idem_add),
-            quote!(&#binding, __idem_args),
+            quote!(&#binding, #args),
             quote!(?;),
         )
     };
@@ -333,6 +351,10 @@ fn rewrite(tool: &ToolFn, options: &Options, tool_name: &str) -> TokenStream {
             quote!(let #pattern = #binding;)
         })
     });
+    let (prepared, args) = (
+        generated_local("__idem_prepared"),
+        generated_local("__idem_args"),
+    );
     let output = &tool.output;
     let checked = CheckedOutput::new(output);
     let span = checked.span();
@@ -342,7 +364,7 @@ fn rewrite(tool: &ToolFn, options: &Options, tool_name: &str) -> TokenStream {
         spanned_call(
             range,
             quote_spanned!(span=> ::idem::__private::run::<#checked_output, _>),
-            quote!(__idem_prepared, async move { #(#rebinds)* #block }),
+            async_body(&prepared, rebinds.collect(), block),
             quote!(.await),
         )
     } else {
@@ -354,7 +376,7 @@ fn rewrite(tool: &ToolFn, options: &Options, tool_name: &str) -> TokenStream {
         spanned_call(
             range,
             quote_spanned!(span=> ::idem::__private::run_blocking::<#checked_output, _>),
-            quote!(__idem_prepared, move || -> #output #closure_body),
+            quote!(#prepared, move || -> #output #closure_body),
             TokenStream::new(),
         )
     };
@@ -363,7 +385,7 @@ fn rewrite(tool: &ToolFn, options: &Options, tool_name: &str) -> TokenStream {
         #vis #sig {
             #spec
             #check
-            let __idem_prepared = ::idem::prepare(&__IDEM_SPEC, #context, |__idem_args| {
+            let #prepared = ::idem::prepare(&__IDEM_SPEC, #context, |#args| {
                 #(#adds)*
                 ::core::result::Result::Ok(())
             });

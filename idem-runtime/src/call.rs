@@ -65,6 +65,9 @@ where
     F: FnOnce(&mut ArgsBuilder) -> Result<(), CanonicalError>,
 {
     let context = context.cloned().or_else(CallContext::current);
+    if let Some(context) = &context {
+        context.clear_last_outcome();
+    }
     let engine = match context.as_ref().and_then(CallContext::engine) {
         Some(engine) => engine.clone(),
         None => default_engine().map_err(|source| Error::Store {
@@ -72,11 +75,8 @@ where
             source,
         })?,
     };
-    let attempt = context.as_ref().and_then(CallContext::attempt);
-    if let Some(carried) = attempt
-        .and_then(|a| a.derived())
-        .filter(|d| d.tool == spec.name)
-    {
+    let attempt = context.as_ref().and_then(|c| c.take_attempt_for(spec.name));
+    if let Some(carried) = attempt.and_then(|a| a.derived()) {
         return Ok(PreparedCall {
             spec,
             engine,
@@ -150,7 +150,7 @@ impl PreparedCall {
                     .clone()
                     .unwrap_or_default()
                     .for_body(self.key.clone());
-                let outcome = body_context.scope(body).await;
+                let outcome = body_context.run(body).await;
                 self.finish(guard, lifetime, outcome).await
             }
         }
@@ -324,10 +324,13 @@ impl PreparedCall {
         lifetime: Lifetime,
         outcome: Result<T, E>,
     ) -> Result<T, E> {
+        // The body returned, so its effect may have happened: from here nothing releases
+        // the claim early, not even a panic in the outcome's `Serialize` or the error's
+        // methods (S7, S10); only the explicit release of an unsaved error below.
+        guard.disarm();
         let envelope = match &outcome {
             Err(error) if error.idem_error().is_some() || error.is_retryable() => {
                 // S4: not saved; the next attempt runs the body with the same key.
-                guard.disarm();
                 if let Err(e) = self.engine.store().release(&self.key, guard.owner).await {
                     tracing::warn!(tool = self.spec.name, key = %self.key, error = %e, "could not release the claim; it lapses with its lease");
                 }
@@ -336,8 +339,6 @@ impl PreparedCall {
             Ok(value) => Envelope::encode_ok(value),
             Err(error) => Envelope::encode_err(error),
         };
-        // From here the effect has happened: the claim is never released early (S10).
-        guard.disarm();
         let envelope = match envelope {
             Ok(envelope) => envelope,
             Err(e) => {

@@ -2,13 +2,14 @@
 //! without changing their signatures (contract K7, K9, K10, S12).
 //!
 //! A context is set for the duration of a closure ([`CallContext::enter`]) or a future
-//! ([`CallContext::scope`]), like a tracing span: the innermost one is in force. Tools may
+//! ([`CallContext::run`]), like a tracing span: the innermost one is in force. Tools may
 //! also take a `&CallContext` argument to receive it explicitly; such an argument is never
 //! part of the key.
 
 use std::cell::RefCell;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
@@ -24,7 +25,8 @@ use crate::outcome::CallRecord;
 /// its own slot, so contexts built for concurrent calls never see each other's outcome.
 ///
 /// ```
-/// use idem_runtime::CallContext;
+/// # extern crate idem_runtime as idem;
+/// use idem::CallContext;
 /// let ctx = CallContext::new().with_conversation("conv_42").with_scope("tenant", "acme");
 /// assert_eq!(ctx.conversation_id(), Some("conv_42"));
 /// let inside = ctx.enter(|| CallContext::current().and_then(|c| c.scope_value("tenant").map(String::from)));
@@ -42,7 +44,7 @@ struct Inner {
     conversation_id: Option<Arc<str>>,
     tool_call_id: Option<Arc<str>>,
     scopes: Vec<(Arc<str>, Arc<str>)>,
-    attempt: Option<Arc<AttemptRecord>>,
+    attempt: Option<AttemptSlot>,
     key: Option<IdempotencyKey>,
     last_outcome: Arc<Mutex<Option<CallRecord>>>,
 }
@@ -116,10 +118,15 @@ impl CallContext {
         self.edit(|inner| inner.engine = Some(engine))
     }
 
-    /// Attaches the attempt record of one dispatched tool call: the first attempt stores
-    /// its key there and every retry reuses it unchanged (K9).
+    /// Attaches the attempt record of one dispatched tool call, for one attempt: the first
+    /// attempt stores its key there and every retry reuses it unchanged (K9). Call it once
+    /// per attempt: within an attempt only the first call of the record's tool carries.
     pub fn with_attempt(self, attempt: Arc<AttemptRecord>) -> Self {
-        self.edit(|inner| inner.attempt = Some(attempt))
+        let slot = AttemptSlot {
+            record: attempt,
+            taken: Arc::new(AtomicBool::new(false)),
+        };
+        self.edit(|inner| inner.attempt = Some(slot))
     }
 
     /// A copy that marks the body of the call keyed by `key` (K10), with its own outcome
@@ -157,7 +164,15 @@ impl CallContext {
 
     /// The attempt record, if this context belongs to a dispatched call.
     pub fn attempt(&self) -> Option<&Arc<AttemptRecord>> {
-        self.inner.attempt.as_ref()
+        self.inner.attempt.as_ref().map(|slot| &slot.record)
+    }
+
+    /// The attempt record, if `tool` is the record's tool and no earlier call of this
+    /// attempt took it: the key a call of `tool` carries (K9). At most once per attempt.
+    pub(crate) fn take_attempt_for(&self, tool: &str) -> Option<&Arc<AttemptRecord>> {
+        let slot = self.inner.attempt.as_ref()?;
+        (slot.record.tool == tool && !slot.taken.swap(true, Ordering::SeqCst))
+            .then_some(&slot.record)
     }
 
     /// Inside an `#[idempotent]` body: the key of the running call (K10).
@@ -165,13 +180,25 @@ impl CallContext {
         self.inner.key.as_ref()
     }
 
-    /// What the last `#[idempotent]` call made directly under this context did (S12).
+    /// What the last `#[idempotent]` call made directly under this context did (S12):
+    /// `None` when that call failed before the store gave it an outcome (a layer error
+    /// such as `MissingScope`, `Mismatch` or `InProgress`).
     pub fn last_outcome(&self) -> Option<CallRecord> {
         self.inner
             .last_outcome
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// Forgets the previous call's outcome: a call that then fails before reaching the
+    /// store (missing scope, mismatch, …) leaves `None`, not a stale record.
+    pub(crate) fn clear_last_outcome(&self) {
+        *self
+            .inner
+            .last_outcome
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = None;
     }
 
     pub(crate) fn set_last_outcome(&self, record: CallRecord) {
@@ -194,8 +221,9 @@ impl CallContext {
     }
 
     /// Wraps `future` so that this context is in force whenever it is polled (for async
-    /// tools). The wrapper is `Send` when `future` is.
-    pub fn scope<F: Future>(&self, future: F) -> WithContext<F> {
+    /// tools): `ctx.run(send_refund(…)).await`. Nothing runs until the wrapper is awaited.
+    /// The wrapper is `Send` when `future` is. (Like tokio's `task_local!` `scope`.)
+    pub fn run<F: Future>(&self, future: F) -> WithContext<F> {
         WithContext {
             context: self.clone(),
             future,
@@ -211,7 +239,7 @@ pub fn current_key() -> Option<IdempotencyKey> {
 
 pin_project_lite::pin_project! {
     /// A future with a [`CallContext`] in force while it is polled; see
-    /// [`CallContext::scope`].
+    /// [`CallContext::run`].
     pub struct WithContext<F> {
         context: CallContext,
         #[pin]
@@ -243,15 +271,35 @@ pub struct DerivedKey {
 /// One dispatched tool call's record across its attempts (K9): the first attempt stores
 /// the key it derived; every retry of that call reuses it unchanged. A new tool call gets
 /// a new record, so a reused provider call id never carries a key to another call.
-#[derive(Debug, Default)]
+///
+/// Only a call of the record's tool carries the key, and only the first such call of each
+/// attempt: a handler that calls the tool twice (two refunds in one batch) derives the
+/// second key from its own arguments, and calls of other tools are never affected.
+#[derive(Debug)]
 pub struct AttemptRecord {
+    tool: String,
     derived: Mutex<Option<DerivedKey>>,
 }
 
+/// An attempt's view of its record: whether a call of this attempt already took it.
+#[derive(Debug, Clone)]
+struct AttemptSlot {
+    record: Arc<AttemptRecord>,
+    taken: Arc<AtomicBool>,
+}
+
 impl AttemptRecord {
-    /// A fresh record for one tool call.
-    pub fn new() -> Arc<Self> {
-        Arc::default()
+    /// A fresh record for one call of the tool named `tool` (its `#[idempotent]` name).
+    pub fn new(tool: impl Into<String>) -> Arc<Self> {
+        Arc::new(AttemptRecord {
+            tool: tool.into(),
+            derived: Mutex::new(None),
+        })
+    }
+
+    /// The tool whose key this record carries.
+    pub fn tool(&self) -> &str {
+        &self.tool
     }
 
     /// The key derived by the first attempt, if it got that far.

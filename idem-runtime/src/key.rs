@@ -2,13 +2,19 @@
 //!
 //! ```text
 //! key         = SHA-256( frame("idem.key") ‖ frame(version) ‖ frame(scope kind)
-//!                        ‖ scope value ‖ frame(tool name) ‖ frame(canonical key args) )
+//!                        ‖ opt(scope value) ‖ opt(within) ‖ frame(tool name)
+//!                        ‖ frame(canonical key args) )
 //! fingerprint = SHA-256( frame("idem.fingerprint") ‖ frame(version)
 //!                        ‖ frame(canonical fingerprint args) )
 //! frame(b)    = len(b) as u64 big-endian ‖ b
-//! scope value = 0x00 (none, `global`) | 0x01 ‖ frame(value)
+//! opt(v)      = 0x00 (absent) | 0x01 ‖ frame(v)
 //! version     = KEY_FORMAT_VERSION as u32 big-endian
 //! ```
+//!
+//! The scope value is the conversation id, the tool-call id or the named scope's value
+//! (absent for `global`); `within` is the conversation a `call`-scoped tool-call id belongs
+//! to, when one is in force (provider call ids are not unique across conversations: MCP
+//! request ids restart at every session), and absent otherwise.
 //!
 //! Every component is length-prefixed, so a `|` or NUL inside a scope value or tool name
 //! can never make two different calls share a key (K1). Both are rendered as 64 lowercase
@@ -24,7 +30,7 @@ use sha2::{Digest, Sha256};
 use crate::canonical::CanonicalJson;
 
 /// Version of the key format; part of every key and fingerprint (K1, K5).
-pub const KEY_FORMAT_VERSION: u32 = 1;
+pub const KEY_FORMAT_VERSION: u32 = 2;
 
 /// An idempotency key: 64 lowercase hex digits of a SHA-256 digest (K1).
 ///
@@ -101,18 +107,42 @@ macro_rules! hex_digest_type {
 hex_digest_type!(IdempotencyKey);
 hex_digest_type!(Fingerprint);
 
-/// The scope component of a key: the scope's kind and, except for `global`, its value.
+/// The scope component of a key: the scope's kind, its value (except for `global`), and
+/// for `call` the conversation the call belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ScopeComponent<'a> {
     /// `conversation`, `global`, `call`, or a user-named scope.
     pub kind: &'a str,
     /// The value in force (`None` only for `global`).
     pub value: Option<&'a str>,
+    /// For `call`: the conversation id in force, if any. `None` for other scopes.
+    pub within: Option<&'a str>,
+}
+
+impl<'a> ScopeComponent<'a> {
+    /// A scope of `kind` with `value` (`None` for `global`) and no `within`.
+    pub const fn new(kind: &'a str, value: Option<&'a str>) -> Self {
+        ScopeComponent {
+            kind,
+            value,
+            within: None,
+        }
+    }
 }
 
 fn frame(hasher: &mut Sha256, bytes: &[u8]) {
     hasher.update((bytes.len() as u64).to_be_bytes());
     hasher.update(bytes);
+}
+
+fn optional(hasher: &mut Sha256, value: Option<&str>) {
+    match value {
+        None => hasher.update([0u8]),
+        Some(value) => {
+            hasher.update([1u8]);
+            frame(hasher, value.as_bytes());
+        }
+    }
 }
 
 fn versioned(domain: &str) -> Sha256 {
@@ -131,13 +161,8 @@ pub fn derive_key(
 ) -> IdempotencyKey {
     let mut hasher = versioned("idem.key");
     frame(&mut hasher, scope.kind.as_bytes());
-    match scope.value {
-        None => hasher.update([0u8]),
-        Some(value) => {
-            hasher.update([1u8]);
-            frame(&mut hasher, value.as_bytes());
-        }
-    }
+    optional(&mut hasher, scope.value);
+    optional(&mut hasher, scope.within);
     frame(&mut hasher, tool.as_bytes());
     frame(&mut hasher, key_args.as_bytes());
     IdempotencyKey::from_digest(hasher.finalize().into())
@@ -157,7 +182,7 @@ mod tests {
 
     fn key(kind: &str, value: Option<&str>, tool: &str) -> IdempotencyKey {
         let args = to_canonical(&serde_json::json!({})).unwrap();
-        derive_key(ScopeComponent { kind, value }, tool, &args)
+        derive_key(ScopeComponent::new(kind, value), tool, &args)
     }
 
     // pins K1: components are self-delimiting; separators inside values cannot collide

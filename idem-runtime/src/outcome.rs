@@ -45,19 +45,51 @@ pub struct CallRecord {
 /// except for the two kinds it identifies.
 ///
 /// It must be `Serialize + DeserializeOwned` (it is saved) and `From<idem::Error>` (layer
-/// errors reach the caller through it). Implement the two methods to tell the layer which
-/// errors must not be saved; [`ToolError`] is a ready-made implementation.
+/// errors reach the caller through it). [`idem_error`](Self::idem_error) has no default on
+/// purpose: a type that wraps `idem::Error` must hand it back, or a nested call's
+/// `InProgress` would be saved and replayed as the tool's outcome. [`ToolError`] is a
+/// ready-made implementation.
+///
+/// ```
+/// # extern crate idem_runtime as idem;
+/// use idem::{Error, IdempotentError};
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Debug, Serialize, Deserialize)]
+/// enum RefundError {
+///     Declined { reason: String },   // saved and replayed
+///     BankTimeout,                   // the refund may not have happened: run again
+///     Idem(Error),                   // the layer's own: never saved
+/// }
+///
+/// impl From<Error> for RefundError {
+///     fn from(e: Error) -> Self { RefundError::Idem(e) }
+/// }
+///
+/// impl IdempotentError for RefundError {
+///     fn idem_error(&self) -> Option<&Error> {
+///         match self { RefundError::Idem(e) => Some(e), _ => None }
+///     }
+///     fn is_retryable(&self) -> bool {
+///         match self {
+///             RefundError::BankTimeout => true,
+///             RefundError::Idem(e) => e.is_transient(),
+///             RefundError::Declined { .. } => false,
+///         }
+///     }
+/// }
+/// assert!(RefundError::BankTimeout.is_retryable());
+/// ```
 pub trait IdempotentError: Serialize + DeserializeOwned + From<Error> {
-    /// The layer error inside this value, if it came from `From<idem::Error>`. Such errors
-    /// are never saved (S4). Default: `None`.
-    fn idem_error(&self) -> Option<&Error> {
-        None
-    }
+    /// The layer error inside this value, if it came from `From<idem::Error>`: `Some` for
+    /// every value built by that conversion. Such errors are never saved (S4).
+    fn idem_error(&self) -> Option<&Error>;
 
     /// `true` when the effect did not happen, or whether it happened is unknown (a
     /// downstream timeout): the claim is released, nothing is saved, the next attempt
     /// runs the body again with the same key (S4), and the dispatcher retries it (D3).
-    /// Default: `false` (the error is saved and replayed, as Stripe saves a 500).
+    /// Default: `true` only for transient layer errors; every other error is saved and
+    /// replayed, as Stripe saves a 500.
     fn is_retryable(&self) -> bool {
         self.idem_error().is_some_and(Error::is_transient)
     }
@@ -66,7 +98,8 @@ pub trait IdempotentError: Serialize + DeserializeOwned + From<Error> {
 /// A ready-made tool error type.
 ///
 /// ```
-/// use idem_runtime::{IdempotentError, ToolError};
+/// # extern crate idem_runtime as idem;
+/// use idem::{IdempotentError, ToolError};
 /// let declined = ToolError::failed("card declined");
 /// assert!(!declined.is_retryable()); // saved and replayed
 /// let timeout = ToolError::retryable("bank API timed out");

@@ -15,8 +15,10 @@ pub enum Scope {
     /// `scope = "global"`: no scope value. Equal calls share one record everywhere the
     /// store is shared.
     Global,
-    /// `scope = "call"`: the provider's tool-call id. For tools whose identical calls are
-    /// distinct intents (two dice rolls): only retries of the same tool call replay.
+    /// `scope = "call"`: the provider's tool-call id, within the conversation in force if
+    /// any (provider ids repeat across conversations: MCP request ids restart at every
+    /// session). For tools whose identical calls are distinct intents (two dice rolls):
+    /// only retries of the same tool call replay.
     Call,
     /// `scope = "tenant"` (any other name): the value set under that name on the
     /// [`CallContext`] with [`CallContext::with_scope`].
@@ -47,20 +49,25 @@ impl Scope {
     ) -> Result<ScopeComponent<'c>, Error> {
         let kind = self.kind();
         let value = match self {
-            Scope::Global => return Ok(ScopeComponent { kind, value: None }),
+            Scope::Global => return Ok(ScopeComponent::new(kind, None)),
             Scope::Conversation => context.and_then(CallContext::conversation_id),
             Scope::Call => context.and_then(CallContext::tool_call_id),
             Scope::Named(name) => context.and_then(|c| c.scope_value(name)),
         };
-        match value {
-            Some(value) => Ok(ScopeComponent {
-                kind,
-                value: Some(value),
-            }),
-            None => Err(Error::MissingScope {
+        let Some(value) = value else {
+            return Err(Error::MissingScope {
                 tool: tool.to_owned(),
                 scope: kind.to_owned(),
-            }),
-        }
+            });
+        };
+        let within = match self {
+            Scope::Call => context.and_then(CallContext::conversation_id),
+            _ => None,
+        };
+        Ok(ScopeComponent {
+            kind,
+            value: Some(value),
+            within,
+        })
     }
 }

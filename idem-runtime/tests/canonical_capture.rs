@@ -89,7 +89,7 @@ fn serde_types_map_to_json_as_serde_json_maps_them() {
     assert_eq!(through_node(&value), serde_json::to_value(&value).unwrap());
     assert_eq!(
         canonical(&value),
-        r#"{"big":18446744073709552000,"bytes":[0,255],"ch":"é","f":0.5,"nested":{"k":[-1,2]},"newtype":1.5,"none":null,"shapes":["Empty",{"Circle":2},{"Line":[1,2]},{"Rect":{"h":4,"w":3}}],"small":-5,"some":3,"tuple":[7,true],"tuple_struct":[1,"x"],"unit":null,"unit_struct":null}"#.to_owned() + "\n18446744073709551615"
+        r#"{"big":18446744073709552000,"bytes":[0,255],"ch":"é","f":0.5,"nested":{"k":[-1,2]},"newtype":1.5,"none":null,"shapes":["Empty",{"Circle":2},{"Line":[1,2]},{"Rect":{"h":4,"w":3}}],"small":-5,"some":3,"tuple":[7,true],"tuple_struct":[1,"x"],"unit":null,"unit_struct":null}"#.to_owned() + "\n0:18446744073709551615"
     );
 }
 
@@ -401,7 +401,7 @@ fn arbitrary_precision_numbers_read_as_without_the_feature() {
     }
     assert_eq!(
         canonical(&PrivateNumber("9007199254740993")),
-        "9007199254740992\n9007199254740993"
+        "9007199254740992\n0:9007199254740993"
     );
     for bad in ["1e400", "NaN", "01", "", "1.", "0x1"] {
         assert!(
@@ -422,7 +422,7 @@ fn raw_values_capture_as_the_json_they_hold() {
     assert_eq!(to_canonical(&raw).unwrap(), to_canonical(&value).unwrap());
     assert_eq!(
         canonical(&raw),
-        "{\"a\":{\"x\":\"é\",\"y\":null},\"b\":[1,18446744073709552000]}\n18446744073709551615"
+        "{\"a\":{\"x\":\"é\",\"y\":null},\"b\":[1,18446744073709552000]}\n1:18446744073709551615"
     );
     assert!(matches!(
         capture_at(&PrivateRaw("{"), "raw"),
@@ -435,11 +435,11 @@ fn raw_values_capture_as_the_json_they_hold() {
 fn integers_are_exact_to_128_bits() {
     assert_eq!(
         canonical(&i128::MIN),
-        format!("-1.7014118346046923e+38\n{}", i128::MIN)
+        format!("-1.7014118346046923e+38\n0:{}", i128::MIN)
     );
     assert_eq!(
         canonical(&u128::MAX),
-        format!("3.402823669209385e+38\n{}", u128::MAX)
+        format!("3.402823669209385e+38\n0:{}", u128::MAX)
     );
     assert_eq!(canonical(&(i64::MAX as u128)), canonical(&i64::MAX));
     assert_eq!(canonical(&5u8), canonical(&5i128));
@@ -471,7 +471,7 @@ fn annex_format_matches_the_module_docs() {
     let canonical = to_canonical(&value).unwrap();
     assert_eq!(
         canonical.as_str(),
-        "{\"id\":9007199254740992,\"min\":-9223372036854776000,\"n\":7}\n9007199254740993\n-9223372036854775808"
+        "{\"id\":9007199254740992,\"min\":-9223372036854776000,\"n\":7}\n0:9007199254740993\n1:-9223372036854775808"
     );
     assert_eq!(
         canonical.jcs_text(),
@@ -482,7 +482,7 @@ fn annex_format_matches_the_module_docs() {
     assert_eq!(safe.as_str(), "[9007199254740991,-9007199254740991]");
     assert_eq!(
         to_canonical(&[9_007_199_254_740_992u64]).unwrap().as_str(),
-        "[9007199254740992]\n9007199254740992"
+        "[9007199254740992]\n0:9007199254740992"
     );
 }
 

@@ -86,25 +86,29 @@ fn json_value(unsafe_ints: bool) -> impl Strategy<Value = Value> {
     })
 }
 
-/// The unsafe integers of `value` in canonical text order (members by UTF-16 order),
-/// as the annex lists them.
-fn unsafe_integers(value: &Value, out: &mut Vec<String>) {
+/// The annex lines of `value`: `ordinal:digits` for each unsafe integer, the ordinal
+/// counting every number of the canonical text (members in UTF-16 order).
+fn unsafe_integers(value: &Value, numbers: &mut usize, out: &mut Vec<String>) {
     match value {
-        Value::Number(n) if n.is_i64() || n.is_u64() => {
-            let v: i128 = n
-                .as_i64()
-                .map_or_else(|| n.as_u64().unwrap_or(0).into(), i128::from);
-            if v.unsigned_abs() > MAX_SAFE as u128 {
-                out.push(v.to_string());
+        Value::Number(n) => {
+            let ordinal = *numbers;
+            *numbers += 1;
+            if n.is_i64() || n.is_u64() {
+                let v: i128 = n
+                    .as_i64()
+                    .map_or_else(|| n.as_u64().unwrap_or(0).into(), i128::from);
+                if v.unsigned_abs() > MAX_SAFE as u128 {
+                    out.push(format!("{ordinal}:{v}"));
+                }
             }
         }
-        Value::Array(items) => items.iter().for_each(|v| unsafe_integers(v, out)),
+        Value::Array(items) => items.iter().for_each(|v| unsafe_integers(v, numbers, out)),
         Value::Object(members) => {
             let mut sorted: Vec<_> = members.iter().collect();
             sorted.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
             sorted
                 .into_iter()
-                .for_each(|(_, v)| unsafe_integers(v, out));
+                .for_each(|(_, v)| unsafe_integers(v, numbers, out));
         }
         _ => {}
     }
@@ -196,10 +200,7 @@ fn key_of(arg: &impl Serialize) -> String {
     let mut args = ArgsBuilder::new();
     args.key("order_id", arg).unwrap();
     let (canonical, _) = args.finish();
-    let scope = ScopeComponent {
-        kind: "global",
-        value: None,
-    };
+    let scope = ScopeComponent::new("global", None);
     derive_key(scope, "send_refund", &canonical).to_string()
 }
 
@@ -220,7 +221,7 @@ proptest! {
         let canonical = to_canonical(&value).unwrap();
         prop_assert_eq!(canonical.jcs_text(), expected.as_str());
         let mut integers = Vec::new();
-        unsafe_integers(&value, &mut integers);
+        unsafe_integers(&value, &mut 0, &mut integers);
         let annex: Vec<&str> = canonical.as_str().split('\n').skip(1).collect();
         prop_assert_eq!(annex, integers.iter().map(String::as_str).collect::<Vec<_>>());
     }

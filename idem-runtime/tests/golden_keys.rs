@@ -82,10 +82,7 @@ fn row<'t>(table: &'t table::Table, name: &str) -> &'t table::KeyRow {
         .unwrap_or_else(|| panic!("no golden row {name:?}"))
 }
 
-const GLOBAL: ScopeComponent<'static> = ScopeComponent {
-    kind: "global",
-    value: None,
-};
+const GLOBAL: ScopeComponent<'static> = ScopeComponent::new("global", None);
 
 // pins K5, K3, K4: typed Rust values give the same golden keys as the JSON rows
 #[test]
@@ -142,10 +139,7 @@ fn typed_values_give_the_golden_keys() {
         lines: vec![Line { sku: "B", qty: 1 }, Line { sku: "A", qty: 2 }],
         id: "ord_1",
     };
-    let scope = ScopeComponent {
-        kind: "conversation",
-        value: Some("conv_42"),
-    };
+    let scope = ScopeComponent::new("conversation", Some("conv_42"));
     assert_eq!(
         typed_key(scope, "ship_order", "order", &order),
         row(&table, "nested objects").key

@@ -112,20 +112,26 @@ fn gemini_identical_calls_get_synthesized_ids() {
     assert_eq!(parse_turns(&document).unwrap(), turns, "deterministic");
 }
 
-// pins D1: a legacy response has no responseId: the turn's position labels the id
+// pins D1, K7, K9: a legacy response has no responseId: its id-less calls get a random
+// label per parse, so separately received responses never share call ids
 #[test]
 fn gemini_legacy_response_without_any_id() {
-    let turns = parse_turns(&transcript("gemini-rest-legacy-no-id")).unwrap();
-    assert_turns(
-        &turns,
-        Provider::Gemini,
-        vec![vec![(
-            "0:0",
-            "find_theaters",
-            true,
-            json!({"movie": "Barbie", "location": "Mountain View, CA"}),
-        )]],
+    let document = transcript("gemini-rest-legacy-no-id");
+    let turns = parse_turns(&document).unwrap();
+    assert_eq!(turns.len(), 1);
+    let call = &turns[0].calls[0];
+    assert_eq!(
+        (call.name.as_str(), call.id_synthesized),
+        ("find_theaters", true)
     );
+    assert_eq!(
+        call.arguments,
+        Ok(json!({"movie": "Barbie", "location": "Mountain View, CA"}))
+    );
+    let (label, part) = call.id.split_once(':').unwrap();
+    assert_eq!((label.len(), part), (16, "0"), "{}", call.id);
+    let again = parse_turns(&document).unwrap();
+    assert_ne!(again[0].calls[0].id, call.id, "a new parse is a new turn");
 }
 
 // pins D1: a Gemini `contents` history: only model contents are turns, indexed by position

@@ -531,6 +531,11 @@ async fn mismatch_on_a_completed_record_leaves_it_untouched() {
     );
     assert_eq!(ran.load(Ordering::SeqCst), 0);
     assert_eq!(h.store.read(&key, h.now()).await.unwrap(), before);
+    assert_eq!(
+        ctx.last_outcome(),
+        None,
+        "S12: a refused call leaves no stale outcome"
+    );
 }
 
 // pins S9: Mismatch also on the in-progress path (claim conflict), even after the lease lapsed
@@ -671,7 +676,7 @@ fn missing_conversation_is_an_error_before_the_body() {
 #[test]
 fn attempt_record_carries_the_first_key() {
     let h = Harness::new();
-    let attempt = idem_runtime::AttemptRecord::new();
+    let attempt = idem_runtime::AttemptRecord::new("send_refund");
     let first = h.ctx("conv_a").with_attempt(attempt.clone());
     let k1 = key_of(default_spec(), &first, 1);
     // The retry runs under another conversation id (say the agent re-read its state): the key is carried.
@@ -680,6 +685,6 @@ fn attempt_record_carries_the_first_key() {
     // A new call (fresh attempt record) derives its own key.
     let fresh = h
         .ctx("conv_b")
-        .with_attempt(idem_runtime::AttemptRecord::new());
+        .with_attempt(idem_runtime::AttemptRecord::new("send_refund"));
     assert_ne!(key_of(default_spec(), &fresh, 1), k1);
 }

@@ -63,8 +63,8 @@ fn openai_responses_output_items() {
     assert_eq!(
         items,
         [
-            json!({"type": "function_call_output", "call_id": "call_LWVp74L5HaH2KNvgVz9PJsrj", "output": "\"found\""}),
-            json!({"type": "function_call_output", "call_id": "call_YnRAWeTyxI91m5uNa5bxXwVO", "output": "\"found\""}),
+            json!({"type": "function_call_output", "call_id": "call_LWVp74L5HaH2KNvgVz9PJsrj", "output": "found"}),
+            json!({"type": "function_call_output", "call_id": "call_YnRAWeTyxI91m5uNa5bxXwVO", "output": "found"}),
         ]
     );
 }

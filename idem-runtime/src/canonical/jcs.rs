@@ -27,6 +27,7 @@ impl Node {
             node: self,
             out: Vec::with_capacity(self.text.len() + 4 * self.tokens.len() + 8),
             annex: Vec::new(),
+            numbers: 0,
         };
         let text = match writer.write().and_then(|()| writer.finish()) {
             Ok(text) => text,
@@ -48,8 +49,11 @@ struct Writer<'a> {
     node: &'a Node,
     /// The JCS text so far (UTF-8: copied from `str`s, ASCII, or the crate's output).
     out: Vec<u8>,
-    /// The exactness annex so far: `\n` + digits per unsafe integer, in text order.
+    /// The exactness annex so far: `\n` ordinal `:` digits per unsafe integer, in text
+    /// order.
     annex: Vec<u8>,
+    /// How many numbers the text has so far.
+    numbers: usize,
 }
 
 impl Writer<'_> {
@@ -122,24 +126,38 @@ impl Writer<'_> {
     }
 
     fn number(&mut self, n: Number) -> Result<(), Refused> {
+        let ordinal = self.numbers;
+        self.numbers += 1;
         match n {
             Number::Int(v) if v.unsigned_abs() <= MAX_SAFE_INTEGER => {
                 push_int(&mut self.out, v);
                 Ok(())
             }
             Number::Int(v) => {
-                self.annex.push(b'\n');
+                self.annex_line(ordinal);
                 push_int(&mut self.annex, v);
                 self.by_crate(&n)
             }
             Number::Big(v) => {
-                self.annex.push(b'\n');
+                self.annex_line(ordinal);
                 self.annex.extend_from_slice(v.to_string().as_bytes());
                 self.by_crate(&n)
             }
             Number::F64(v) => self.float(v),
             Number::F32(v) => self.float(f64::from(v)),
         }
+    }
+
+    /// Starts an annex line for the number at `ordinal` (its 0-based position among the
+    /// text's numbers): `\n`, the ordinal, `:`. The ordinal says which number the exact
+    /// digits belong to, so an unsafe integer and a float of equal JCS text that trade
+    /// places give different forms.
+    fn annex_line(&mut self, ordinal: usize) {
+        self.annex.push(b'\n');
+        let mut buffer = itoa::Buffer::new();
+        self.annex
+            .extend_from_slice(buffer.format(ordinal).as_bytes());
+        self.annex.push(b':');
     }
 
     /// A finite double in ECMAScript `Number.prototype.toString` form (RFC 8785 §3.2.2.3),

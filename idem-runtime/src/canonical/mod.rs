@@ -26,14 +26,17 @@
 //!    ids would share a key. So, only when the value contains integers whose magnitude
 //!    exceeds 2^53 − 1 (`Number.MAX_SAFE_INTEGER`), the JCS text is followed by one line per
 //!    such integer, in the order the integers appear in the JCS text: a line feed (0x0A),
-//!    then the integer's exact decimal digits, with `-` if negative. A line feed never
-//!    occurs in JCS text (§3.2.2.2 escapes it inside strings), so the split is
+//!    the number's ordinal (its 0-based position among all the numbers of the JCS text,
+//!    floats included), `:`, then the integer's exact decimal digits, with `-` if
+//!    negative. The ordinal ties the digits to their number: without it an unsafe integer
+//!    and a float of the same JCS text could trade places and keep the same form. A line
+//!    feed never occurs in JCS text (§3.2.2.2 escapes it inside strings), so the split is
 //!    unambiguous. A value whose integers are all safe has no annex: its canonical form
 //!    is byte-identical to RFC 8785.
 //!
 //!    ```text
 //!    {"id":9007199254740993,"min":-9223372036854775808,"n":7}
-//!      → {"id":9007199254740992,"min":-9223372036854776000,"n":7}⏎9007199254740993⏎-9223372036854775808
+//!      → {"id":9007199254740992,"min":-9223372036854776000,"n":7}⏎0:9007199254740993⏎1:-9223372036854775808
 //!    ```
 //!    (`⏎` is the line feed byte.) Only integers get an annex line: values of Rust integer
 //!    types, and numbers a `serde_json::Value` holds as integers (written without fraction

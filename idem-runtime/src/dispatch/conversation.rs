@@ -16,9 +16,10 @@ use crate::engine::Engine;
 /// that slot, and clones of one `CallContext` do.
 ///
 /// ```
-/// use idem_runtime::{AttemptRecord, dispatch::Conversation};
+/// # extern crate idem_runtime as idem;
+/// use idem::{AttemptRecord, dispatch::Conversation};
 /// let conversation = Conversation::new("conv_42").with_scope("tenant", "acme");
-/// let ctx = conversation.call_context("call_1", AttemptRecord::new());
+/// let ctx = conversation.call_context("call_1", AttemptRecord::new("send_refund"));
 /// assert_eq!(ctx.conversation_id(), Some("conv_42"));
 /// assert_eq!(ctx.tool_call_id(), Some("call_1"));
 /// assert_eq!(ctx.scope_value("tenant"), Some("acme"));

@@ -3,7 +3,7 @@
 //! ```text
 //! dispatch_turn:  join_all(calls)                                         (D4: concurrent)
 //! one call:       unknown tool / unusable arguments ──→ error result, no run    (D2)
-//!                 record = AttemptRecord::new()                 (K9: one per call)
+//!                 record = AttemptRecord::new(tool name)        (K9: one per call)
 //!                 attempt 1..=max: context(conversation, call id, record)
 //!                                  → transport → reply
 //!                                  transient? ── yes ─→ backoff + jitter, again (D3)
@@ -37,8 +37,9 @@ use crate::key::IdempotencyKey;
 /// that carry each call's key (D2–D5).
 ///
 /// ```
-/// use idem_runtime::dispatch::{parse_turns_str, Conversation, Dispatcher, RetryPolicy, Tool};
-/// use idem_runtime::{Engine, ToolError};
+/// # extern crate idem_runtime as idem;
+/// use idem::dispatch::{parse_turns_str, Conversation, Dispatcher, RetryPolicy, Tool};
+/// use idem::{Engine, ToolError};
 /// #[derive(serde::Deserialize)]
 /// struct Args { city: String }
 /// let dispatcher = Dispatcher::builder()
@@ -48,9 +49,11 @@ use crate::key::IdempotencyKey;
 ///     .build()?;
 /// let turns = parse_turns_str(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call",
 ///     "params":{"name":"get_weather","arguments":{"city":"Oslo"}}}"#)?;
-/// let outcome = pollster::block_on(dispatcher.dispatch_turn(&turns[0], &Conversation::new("conv_1")));
+/// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+/// let outcome = dispatcher.dispatch_turn(&turns[0], &Conversation::new("conv_1")).await;
 /// assert!(outcome.all_ok());
-/// assert_eq!(outcome.messages()[0]["result"]["content"][0]["text"], "\"sunny in Oslo\"");
+/// assert_eq!(outcome.messages()[0]["result"]["content"][0]["text"], "sunny in Oslo");
+/// # });
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone)]
@@ -171,7 +174,7 @@ impl Dispatcher {
             Ok(runnable) => runnable,
             Err(failure) => return report(call, Vec::new(), None, failure_reply(failure)),
         };
-        let record = AttemptRecord::new();
+        let record = AttemptRecord::new(call.name.as_str());
         let mut attempts: Vec<Attempt> = Vec::new();
         for number in 1..=self.retry.max_attempts() {
             let waited = self.retry.delay_before(number);

@@ -28,8 +28,10 @@ pub struct CallReport {
     pub id: String,
     /// The tool's name, as the model called it.
     pub tool: String,
-    /// Every attempt, in order. Empty when the call never ran: unknown tool or unusable
-    /// arguments (D2).
+    /// Every attempt, in order. Empty when the dispatcher did not attempt the call: an
+    /// unknown tool, or arguments that are not a JSON object (D2). Arguments that are an
+    /// object but do not fit the tool's parameters are refused by the tool itself in the
+    /// first attempt: one attempt, a `BadArguments` failure, not retried.
     pub attempts: Vec<Attempt>,
     /// The final reply: the last attempt's, or an error reply when the call never ran or
     /// its last attempt lost the reply. Its `record` says executed or replayed, with the

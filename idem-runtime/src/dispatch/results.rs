@@ -2,9 +2,10 @@
 //!
 //! A call's outcome (`Ok` value or [`ToolFailure`]) becomes one provider-shaped piece
 //! ([`call_result`]); the pieces of one turn become the message(s) to send back
-//! ([`turn_messages`]). Values and errors travel as JSON: where a provider wants text,
-//! the text is the JSON of the value (`"\"done\""` for the string `"done"`), or of
-//! `{"error":{"kind","message","retryable","detail"?}}` for a failure.
+//! ([`turn_messages`]). Where a provider wants text, a string value is sent as itself
+//! (`done`, as agent frameworks send string results), any other value as its JSON text
+//! (`{"refund_id":"re_1"}`, `42`), and a failure as the JSON text of
+//! `{"error":{"kind","message","retryable","detail"?}}`.
 //!
 //! | Provider | one call ([`call_result`]) | one turn ([`turn_messages`]) |
 //! | --- | --- | --- |
@@ -43,7 +44,8 @@ pub const JSONRPC_INVALID_PARAMS: i64 = -32602;
 /// the model can read it and correct itself.
 ///
 /// ```
-/// use idem_runtime::dispatch::{call_result, parse_turns, ToolFailure, FailureKind};
+/// # extern crate idem_runtime as idem;
+/// use idem::dispatch::{call_result, parse_turns, ToolFailure, FailureKind};
 /// use serde_json::json;
 /// let turns = parse_turns(&json!({"role": "assistant", "content": [
 ///     {"type": "tool_use", "id": "toolu_1", "name": "send_refund", "input": {"order": 7}}]}))?;
@@ -52,7 +54,7 @@ pub const JSONRPC_INVALID_PARAMS: i64 = -32602;
 ///                       "content": "{\"refund_id\":\"re_1\"}", "is_error": false}));
 /// let failed = call_result(&turns[0].calls[0], &Err(ToolFailure::new(FailureKind::Tool, "card declined", false)));
 /// assert_eq!(failed["is_error"], json!(true));
-/// # Ok::<(), idem_runtime::dispatch::ParseError>(())
+/// # Ok::<(), idem::dispatch::ParseError>(())
 /// ```
 pub fn call_result(call: &ToolCall, result: &Result<Value, ToolFailure>) -> Value {
     match call.provider {
@@ -109,6 +111,7 @@ pub fn failure_object(failure: &ToolFailure) -> Value {
 /// The JSON text of an `Ok` value, or of `{"error": failure_object}`.
 fn text(result: &Result<Value, ToolFailure>) -> String {
     match result {
+        Ok(Value::String(text)) => text.clone(),
         Ok(value) => value.to_string(),
         Err(failure) => json!({"error": failure_object(failure)}).to_string(),
     }

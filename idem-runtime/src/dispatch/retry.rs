@@ -51,7 +51,8 @@ pub enum Jitter {
 ///
 /// ```
 /// use std::time::Duration;
-/// use idem_runtime::dispatch::{Jitter, RetryPolicy};
+/// # extern crate idem_runtime as idem;
+/// use idem::dispatch::{Jitter, RetryPolicy};
 /// let policy = RetryPolicy::new()
 ///     .with_max_attempts(4)
 ///     .with_backoff(Duration::from_millis(100), Duration::from_millis(250))

@@ -153,7 +153,7 @@ impl Tool {
                 Ok(args) => args,
                 Err(e) => return Box::pin(std::future::ready(bad_arguments(&tool_name, e))),
             };
-            let future = context.scope(f(args, context.clone()));
+            let future = context.run(f(args, context.clone()));
             Box::pin(async move {
                 let outcome = future.await;
                 reply(outcome, &context)

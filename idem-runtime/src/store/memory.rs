@@ -21,16 +21,17 @@ const SWEEP_EVERY: u64 = 4096;
 /// (S2), so it is exact within a process and shares nothing across processes or restarts.
 ///
 /// Expired records are treated as absent on every read and swept every 4096 claims; live
-/// records are never evicted (S8). Waiting duplicates are woken by a change signal, not
-/// by polling (S5). Every future it returns is ready at once, so sync tools can use it.
+/// records are never evicted (S8). Waiting duplicates are woken by their key's change
+/// signal, not by polling and not by other keys' changes (S5). Every future it returns is ready at once, so sync tools can use it.
 pub struct MemoryStore {
     state: Mutex<State>,
-    changed: watch::Sender<u64>,
 }
 
 #[derive(Default)]
 struct State {
     records: HashMap<IdempotencyKey, Record>,
+    /// One change signal per key that has waiters; dropped once nobody listens.
+    signals: HashMap<IdempotencyKey, watch::Sender<()>>,
     claims_since_sweep: u64,
 }
 
@@ -39,7 +40,6 @@ impl MemoryStore {
     pub fn new() -> Self {
         MemoryStore {
             state: Mutex::new(State::default()),
-            changed: watch::Sender::new(0),
         }
     }
 
@@ -59,9 +59,14 @@ impl MemoryStore {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn notify(&self) {
-        self.changed
-            .send_modify(|version| *version = version.wrapping_add(1));
+    /// Wakes the waiters of `key` (S5), and forgets its signal once nobody listens.
+    fn notify(state: &mut State, key: &IdempotencyKey) {
+        if let Some(signal) = state.signals.get(key) {
+            signal.send_replace(());
+            if signal.receiver_count() == 0 {
+                state.signals.remove(key);
+            }
+        }
     }
 
     fn live<'s>(
@@ -83,8 +88,7 @@ impl MemoryStore {
         );
         if owned {
             state.records.remove(key);
-            drop(state);
-            self.notify();
+            Self::notify(&mut state, key);
         }
         owned
     }
@@ -117,6 +121,9 @@ impl Store for MemoryStore {
             state
                 .records
                 .retain(|_, record| req.now < record.expires_at);
+            state
+                .signals
+                .retain(|_, signal| signal.receiver_count() > 0);
         }
         if let Some(record) = Self::live(&mut state, req.key, req.now) {
             return ready(Claim::Existing(record.clone()));
@@ -176,9 +183,8 @@ impl Store for MemoryStore {
             }
             _ => Completion::Fenced,
         };
-        drop(state);
         if completion == Completion::Saved {
-            self.notify();
+            Self::notify(&mut state, key);
         }
         ready(completion)
     }
@@ -200,8 +206,15 @@ impl Store for MemoryStore {
         self.release_now(key, owner);
     }
 
-    fn watch(&self, _key: &IdempotencyKey) -> Option<ChangeSignal> {
-        let mut receiver = self.changed.subscribe();
+    fn watch(&self, key: &IdempotencyKey) -> Option<ChangeSignal> {
+        let mut receiver = {
+            let mut state = self.lock();
+            let signal = state
+                .signals
+                .entry(key.clone())
+                .or_insert_with(|| watch::Sender::new(()));
+            signal.subscribe()
+        };
         Some(Box::pin(async move {
             // An error means the store was dropped: nothing more will change.
             let _ = receiver.changed().await;

@@ -15,7 +15,8 @@ use crate::clock::{duration_millis, Clock, Sleep, Timestamp};
 ///
 /// ```
 /// use std::time::Duration;
-/// use idem_runtime::{Clock, Timestamp, testkit::ManualClock};
+/// # extern crate idem_runtime as idem;
+/// use idem::{Clock, Timestamp, testkit::ManualClock};
 /// let clock = ManualClock::starting_at(Timestamp::from_millis(1_000));
 /// clock.advance(Duration::from_millis(250));
 /// assert_eq!(clock.now(), Timestamp::from_millis(1_250));
@@ -47,14 +48,17 @@ impl ManualClock {
         }
     }
 
-    /// Moves time forward by `span` (whole milliseconds) and wakes sleepers it passes.
+    /// Moves time forward by `span` (whole milliseconds, saturating at the largest
+    /// timestamp) and wakes sleepers it passes.
     pub fn advance(&self, span: Duration) {
         let ms = duration_millis(span);
-        let now = self
+        let advance = |now: u64| Some(now.saturating_add(ms));
+        let before = self
             .shared
             .now_ms
-            .fetch_add(ms, Ordering::SeqCst)
-            .saturating_add(ms);
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, advance);
+        // `advance` never refuses, so `before` is always `Ok`.
+        let now = before.unwrap_or_else(|now| now).saturating_add(ms);
         self.shared.moved.send_replace(now);
     }
 
@@ -108,5 +112,16 @@ mod tests {
         pollster::block_on(sleeper);
         handle.join().unwrap();
         assert_eq!(clock.now(), Timestamp::from_millis(100));
+    }
+
+    // pins T1, S6: advancing saturates instead of wrapping back in time
+    #[test]
+    fn advance_saturates() {
+        let clock = ManualClock::starting_at(Timestamp::from_millis(1_000));
+        clock.advance(Duration::MAX);
+        assert_eq!(clock.now(), Timestamp::from_millis(u64::MAX));
+        clock.advance(Duration::from_millis(1));
+        assert_eq!(clock.now(), Timestamp::from_millis(u64::MAX));
+        pollster::block_on(clock.sleep_until(Timestamp::from_millis(u64::MAX)));
     }
 }

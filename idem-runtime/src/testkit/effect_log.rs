@@ -21,7 +21,8 @@ pub struct Effect {
 /// or in a fake downstream API); assert on [`len`](EffectLog::len) and the keys.
 ///
 /// ```
-/// use idem_runtime::testkit::EffectLog;
+/// # extern crate idem_runtime as idem;
+/// use idem::testkit::EffectLog;
 /// let log = EffectLog::new();
 /// log.record("send_refund", "order 7");
 /// assert_eq!(log.len(), 1);

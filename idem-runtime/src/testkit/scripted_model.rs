@@ -16,7 +16,8 @@ use crate::dispatch::{parse_turns, parse_turns_str, ParseError, Turn, TurnOutcom
 /// of turns, a Gemini `contents` history. Clones share the script and the record.
 ///
 /// ```
-/// use idem_runtime::testkit::ScriptedModel;
+/// # extern crate idem_runtime as idem;
+/// use idem::testkit::ScriptedModel;
 /// let model = ScriptedModel::from_json(r#"[
 ///     {"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"refund","input":{"order":7}}]},
 ///     {"role":"assistant","content":"Refunded."}
@@ -26,7 +27,7 @@ use crate::dispatch::{parse_turns, parse_turns_str, ParseError, Turn, TurnOutcom
 /// assert_eq!(first.calls[0].name, "refund");
 /// assert!(model.next_turn().unwrap().calls.is_empty());
 /// assert!(model.next_turn().is_none());
-/// # Ok::<(), idem_runtime::dispatch::ParseError>(())
+/// # Ok::<(), idem::dispatch::ParseError>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct ScriptedModel {

@@ -13,11 +13,14 @@ use crate::dispatch::Sleeper;
 ///
 /// ```
 /// use std::time::Duration;
-/// use idem_runtime::dispatch::{Jitter, RetryPolicy, Sleeper};
-/// use idem_runtime::testkit::RecordingSleeper;
+/// # extern crate idem_runtime as idem;
+/// use idem::dispatch::{Jitter, RetryPolicy, Sleeper};
+/// use idem::testkit::RecordingSleeper;
 /// let sleeper = RecordingSleeper::new();
 /// let policy = RetryPolicy::new().with_sleeper(sleeper.clone()).with_jitter(Jitter::None);
-/// pollster::block_on(sleeper.sleep(policy.delay_before(2))); // returns at once
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// sleeper.sleep(policy.delay_before(2)).await; // returns at once
+/// # });
 /// assert_eq!(sleeper.delays(), [Duration::from_millis(200)]); // the default base
 /// ```
 #[derive(Debug, Clone, Default)]

@@ -101,9 +101,10 @@ impl InvocationLog {
 /// Clones share the log, so keep a clone to inspect after giving one to the dispatcher.
 ///
 /// ```
-/// use idem_runtime::dispatch::{parse_turns_str, Conversation, Dispatcher, RetryPolicy, Tool};
-/// use idem_runtime::testkit::{FailOn, LosingTransport};
-/// use idem_runtime::{prepare, Engine, ToolError, ToolSpec};
+/// # extern crate idem_runtime as idem;
+/// use idem::dispatch::{parse_turns_str, Conversation, Dispatcher, RetryPolicy, Tool};
+/// use idem::testkit::{FailOn, LosingTransport};
+/// use idem::{prepare, Engine, ToolError, ToolSpec};
 ///
 /// static SPEC: ToolSpec = ToolSpec::new("charge");
 /// #[derive(serde::Deserialize)]
@@ -121,11 +122,13 @@ impl InvocationLog {
 ///     .retry(RetryPolicy::immediate(3))
 ///     .build()?;
 /// let turns = parse_turns_str(r#"{"type":"function_call","call_id":"c1","name":"charge","arguments":"{\"cents\":500}"}"#)?;
-/// let outcome = pollster::block_on(dispatcher.dispatch_turn(&turns[0], &Conversation::new("conv")));
+/// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+/// let outcome = dispatcher.dispatch_turn(&turns[0], &Conversation::new("conv")).await;
 /// let seen = transport.invocations();
 /// assert_eq!(seen.len(), 2);                      // the retry happened
 /// assert_eq!(seen[0].key, seen[1].key);           // both attempts carried one key
 /// assert!(outcome.calls[0].is_ok());              // the agent was told success
+/// # });
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone)]

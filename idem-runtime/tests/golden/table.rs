@@ -48,6 +48,9 @@ pub struct KeyRow {
 pub struct ScopeRow {
     pub kind: String,
     pub value: Option<String>,
+    /// For `call`: the conversation the call belongs to.
+    #[serde(default)]
+    pub within: Option<String>,
 }
 
 /// One JSON text.
@@ -82,6 +85,7 @@ impl KeyRow {
         let scope = ScopeComponent {
             kind: &self.scope.kind,
             value: self.scope.value.as_deref(),
+            within: self.scope.within.as_deref(),
         };
         Derived {
             canonical: canonical.as_str().to_owned(),

@@ -52,7 +52,7 @@ fn main() {
         no_arguments().unwrap();
         assert_eq!(unsafe { unchecked("o2".into()) }.unwrap(), "o2");
     });
-    let later = pollster_block_on(ctx.scope(refund_later("o1".into(), 7)));
+    let later = pollster_block_on(ctx.run(refund_later("o1".into(), 7)));
     assert_eq!(later.unwrap(), "o1:7");
 }
 

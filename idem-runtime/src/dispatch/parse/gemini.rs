@@ -6,10 +6,15 @@
 //! `Part`, `FunctionCall`; the proto field name `function_call` is accepted too, as
 //! proto3 JSON parsers do). `args` is an object and may be absent (no arguments). `id` is
 //! optional and often absent (older responses, and parallel calls in current ones); an
-//! empty `id` counts as absent. The call then gets the deterministic id
-//! `"<turn>:<part index>"`, `<turn>` being the response's `responseId` when present
-//! (unique per response) and otherwise the turn's position in the document, and is marked
-//! [`id_synthesized`](ToolCall::id_synthesized).
+//! empty `id` counts as absent. The call then gets the id `"<label>:<part index>"`,
+//! marked [`id_synthesized`](ToolCall::id_synthesized), whose label is:
+//! - in a response, its `responseId` (unique per response, so the same on a re-read);
+//! - in a response without `responseId` (older ones), a random 16-hex-digit label drawn
+//!   per parse: each separately received response is a new turn, and positional labels
+//!   (`0:0` every time) would let two turns' calls share a `scope = "call"` key (K7, K9);
+//! - in a `contents` history (or a bare content), the content's position in the history,
+//!   which stays the same each time the growing history is read.
+//!
 //! Contents whose `role` is not `model` (user turns, function responses) yield no turn.
 
 use serde_json::{Map, Value};
@@ -55,7 +60,10 @@ pub(crate) fn turns(
     };
     let candidate_path = candidates_path.index(0);
     let candidate = READER.object(candidate, &candidate_path, "a candidate object")?;
-    let response_id = object.get("responseId").and_then(Value::as_str);
+    let response_id = match object.get("responseId").and_then(Value::as_str) {
+        Some(id) if !id.is_empty() => ResponseId::Given(id),
+        _ => ResponseId::Absent,
+    };
     let content_path = candidate_path.key("content");
     match candidate.get("content") {
         // A candidate stopped before producing content (a safety stop): no calls.
@@ -66,7 +74,7 @@ pub(crate) fn turns(
         }]),
         Some(content) => {
             let content = READER.object(content, &content_path, "a content object")?;
-            content_turn(content, index, response_id, &content_path)
+            content_turn(content, index, Some(response_id), &content_path)
         }
     }
 }
@@ -83,10 +91,17 @@ pub(crate) fn contents_turns(contents: &[Value], path: &JsonPath) -> Result<Vec<
     Ok(turns)
 }
 
+/// The `responseId` of the response a content came from (`None`: a history's content).
+#[derive(Clone, Copy)]
+enum ResponseId<'a> {
+    Given(&'a str),
+    Absent,
+}
+
 fn content_turn(
     content: &Map<String, Value>,
     index: usize,
-    response_id: Option<&str>,
+    response_id: Option<ResponseId<'_>>,
     path: &JsonPath,
 ) -> Result<Vec<Turn>, ParseError> {
     if role(content).is_some_and(|r| r != "model") {
@@ -95,7 +110,11 @@ fn content_turn(
     let parts = READER
         .optional_array(content, "parts", path, "an array of parts")?
         .unwrap_or_default();
-    let label = response_id.map_or_else(|| index.to_string(), str::to_owned);
+    let label = match response_id {
+        Some(ResponseId::Given(id)) => id.to_owned(),
+        Some(ResponseId::Absent) => format!("{:016x}", uuid::Uuid::new_v4().as_u64_pair().0),
+        None => index.to_string(),
+    };
     let parts_path = path.key("parts");
     let mut calls = Vec::new();
     for (i, part) in parts.iter().enumerate() {

@@ -1,0 +1,154 @@
+//! Hammer tests from the adversarial review: takeover storms, a panicking owner with
+//! waiting duplicates, clocks moving backwards (S2, S6, S7).
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use idem_runtime::store::{RecordState, Store};
+use idem_runtime::{prepare, ToolError};
+use support::{spec, Harness};
+
+// pins S6, S2: an owner hangs; 16 thread duplicates and 16 task duplicates wait; the clock passes
+// the lease once → exactly one takeover runs; all duplicates replay its value; the stale
+// owner finishing late is fenced.
+#[test]
+fn takeover_storm_one_takeover_all_replay() {
+    let h = Arc::new(Harness::new());
+    let spec = spec("storm", 86_400_000, 1_000, 60_000);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let entered = Arc::new(Barrier::new(2));
+    let owner = {
+        let (h, runs, entered) = (h.clone(), runs.clone(), entered.clone());
+        std::thread::spawn(move || {
+            let ctx = h.ctx("c");
+            let p = prepare(spec, Some(&ctx), |a| a.key("k", &1u8).map(drop)).unwrap();
+            p.run_blocking(|| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                entered.wait();
+                release_rx.recv().unwrap();
+                Ok::<_, ToolError>("stale".to_owned())
+            })
+        })
+    };
+    entered.wait();
+    let mut threads = Vec::new();
+    for _ in 0..16 {
+        let (h, runs) = (h.clone(), runs.clone());
+        threads.push(std::thread::spawn(move || {
+            let ctx = h.ctx("c");
+            let p = prepare(spec, Some(&ctx), |a| a.key("k", &1u8).map(drop)).unwrap();
+            p.run_blocking(|| {
+                let n = runs.fetch_add(1, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(5));
+                Ok::<_, ToolError>(format!("takeover-{n}"))
+            })
+        }));
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let (h, runs) = (h.clone(), runs.clone());
+        tasks.push(rt.spawn(async move {
+            let ctx = h.ctx("c");
+            let p = prepare(spec, Some(&ctx), |a| a.key("k", &1u8).map(drop)).unwrap();
+            p.run(async {
+                let n = runs.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                Ok::<_, ToolError>(format!("takeover-{n}"))
+            })
+            .await
+        }));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    h.clock.advance(Duration::from_millis(1_000));
+    let mut outs: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    for t in tasks {
+        outs.push(rt.block_on(t).unwrap());
+    }
+    release_tx.send(()).unwrap();
+    assert_eq!(owner.join().unwrap().as_deref(), Ok("stale"));
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "{outs:?}");
+    assert!(
+        outs.iter().all(|o| o.as_deref() == Ok("takeover-1")),
+        "{outs:?}"
+    );
+}
+
+// pins S7: the owner panics while 8 thread duplicates wait: exactly one of them runs next,
+// the rest replay it.
+#[test]
+fn owner_panics_while_duplicates_wait() {
+    let h = Arc::new(Harness::new());
+    let spec = spec("panicky", 86_400_000, 60_000, 60_000);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let gate = Arc::new(Barrier::new(2));
+    let owner = {
+        let (h, runs, gate) = (h.clone(), runs.clone(), gate.clone());
+        std::thread::spawn(move || {
+            let ctx = h.ctx("c");
+            let p = prepare(spec, Some(&ctx), |a| a.key("k", &1u8).map(drop)).unwrap();
+            let _ = p.run_blocking(|| -> Result<String, ToolError> {
+                runs.fetch_add(1, Ordering::SeqCst);
+                gate.wait();
+                std::thread::sleep(Duration::from_millis(50));
+                panic!("owner bug")
+            });
+        })
+    };
+    gate.wait();
+    let waiters: Vec<_> = (0..8)
+        .map(|_| {
+            let (h, runs) = (h.clone(), runs.clone());
+            std::thread::spawn(move || {
+                let ctx = h.ctx("c");
+                let p = prepare(spec, Some(&ctx), |a| a.key("k", &1u8).map(drop)).unwrap();
+                p.run_blocking(|| {
+                    let n = runs.fetch_add(1, Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_millis(10));
+                    Ok::<_, ToolError>(n)
+                })
+            })
+        })
+        .collect();
+    assert!(owner.join().is_err());
+    let outs: Vec<_> = waiters.into_iter().map(|w| w.join().unwrap()).collect();
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "{outs:?}");
+    assert!(outs.iter().all(|o| o == &Ok(1)), "{outs:?}");
+}
+
+// pins S6, S8: clock time going backwards after a claim never lets a duplicate run while the lease
+// is live, and a far-future clock with huge ttl does not overflow.
+#[tokio::test]
+async fn clock_backwards_and_huge_spans() {
+    let h = Harness::new();
+    let big = spec("huge", u64::MAX, u64::MAX, 0);
+    let ctx = h.ctx("c");
+    let runs = AtomicUsize::new(0);
+    for _ in 0..3 {
+        let p = prepare(big, Some(&ctx), |a| a.key("k", &1u8).map(drop)).unwrap();
+        let out = p
+            .run(async {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, ToolError>(1u8)
+            })
+            .await;
+        assert_eq!(out, Ok(1));
+        h.clock.set(idem_runtime::Timestamp::from_millis(5));
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let key = prepare(big, Some(&ctx), |a| a.key("k", &1u8).map(drop))
+        .unwrap()
+        .key()
+        .clone();
+    let rec = h.store.read(&key, h.now()).await.unwrap().unwrap();
+    assert!(matches!(rec.state, RecordState::Completed { .. }));
+}
