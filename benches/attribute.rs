@@ -121,6 +121,39 @@ fn first_call(c: &mut Criterion) {
     group.finish();
 }
 
+/// idem's own key derivation for the same arguments (capture + canonical text + SHA-256),
+/// without the store: what separates the attribute from the floor besides the protocol.
+fn idem_key(order_id: &str) -> idem::IdempotencyKey {
+    let a = args(order_id);
+    let mut builder = idem::ArgsBuilder::new();
+    builder.key("order_id", a.order_id).expect("encodable");
+    builder
+        .key("amount_cents", &a.amount_cents)
+        .expect("encodable");
+    builder.key("currency", a.currency).expect("encodable");
+    builder
+        .key("customer_email", a.customer_email)
+        .expect("encodable");
+    builder.key("reason", a.reason).expect("encodable");
+    let (canonical, _fingerprint) = builder.finish();
+    idem::key::derive_key(
+        idem::key::ScopeComponent::new("conversation", Some("conv_bench")),
+        "send_refund",
+        &canonical,
+    )
+}
+
+fn key_only(c: &mut Criterion) {
+    let mut group = c.benchmark_group("key_derivation_202B_args");
+    group.bench_function("floor: jcs crate+sha256", |b| {
+        b.iter(|| black_box(floor_key(black_box("ord_key"))))
+    });
+    group.bench_function("idem: capture+canonical+sha256", |b| {
+        b.iter(|| black_box(idem_key(black_box("ord_key"))))
+    });
+    group.finish();
+}
+
 fn replay(c: &mut Criterion) {
     let size = serde_json_canonicalizer::to_vec(&args("ord_000000000000"))
         .unwrap()
@@ -142,6 +175,6 @@ fn replay(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = Criterion::default().measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
-    targets = first_call, replay
+    targets = first_call, replay, key_only
 }
 criterion_main!(benches);
