@@ -11,7 +11,10 @@
 //! `Err` value (S4), each as serde_json writes the tool's type, with two differences:
 //! object members are written sorted (RFC 8785 order), and floats must be finite (a NaN
 //! would be written as `null` and could not be replayed as the same value). Integers are
-//! exact. A reader accepts the members in any order. `idem-runtime/tests/golden_envelope.rs`
+//! exact. A reader accepts the members in any order. What JSON cannot tell apart is not
+//! kept apart: `Some(None)` and `None` of an `Option<Option<T>>` are both `null`, so both
+//! replay as `None` (and, as arguments, share a key); use an enum when the difference
+//! matters. `idem-runtime/tests/golden_envelope.rs`
 //! pins this format.
 
 use std::fmt;
