@@ -82,6 +82,7 @@ macro_rules! conformance_suite {
                 lapsed_lease_is_taken_over_and_the_stale_owner_is_fenced,
                 zero_lease_is_already_lapsed,
                 dropped_future_releases_the_claim,
+                future_dropped_during_the_claim_leaves_no_claim,
                 ttl_boundary_is_exact,
                 mismatch_on_a_completed_record_leaves_it_untouched,
                 mismatch_on_an_in_progress_record_and_on_takeover,
@@ -593,6 +594,31 @@ pub async fn dropped_future_releases_the_claim(make: Factory) {
     assert!(task.await.unwrap_err().is_cancelled());
     assert_eq!(h.store.read(&key, h.now()).await.unwrap(), None);
     assert_eq!(refund(spec, &ctx, &h.log, 2).await, Ok(200));
+}
+
+// pins S7: a call future dropped at its first poll, while its claim may still be in flight in
+// the store (a blocking pool, a network round trip), leaves no claim behind once the store has
+// settled: the store releases a claim that nobody is left to own.
+pub async fn future_dropped_during_the_claim_leaves_no_claim(make: Factory) {
+    let h = harness(make);
+    let spec = default_spec();
+    let ctx = h.ctx("conv_cancel_early");
+    let key = key_of(spec, &ctx, 11);
+    let p = prepare(spec, Some(&ctx), |a| a.key("order", &11u64).map(drop)).unwrap();
+    let mut call = Box::pin(p.run(std::future::pending::<Result<u64, ToolError>>()));
+    assert!(futures_util::poll!(&mut call).is_pending());
+    drop(call);
+    // Real time, not the manual clock: this waits for the store's own threads, bounded.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while h.store.read(&key, h.now()).await.unwrap().is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the abandoned claim is still in progress"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(refund(spec, &ctx, &h.log, 11).await, Ok(1100));
+    assert_eq!(h.log.len(), 1);
 }
 
 // pins S8: live while now < created + ttl; at ttl − 1 ms it replays, at ttl it runs again
