@@ -41,4 +41,6 @@ pub use scope::Scope;
 pub use spec::ToolSpec;
 #[cfg(feature = "memory")]
 pub use store::MemoryStore;
+#[cfg(feature = "sqlite")]
+pub use store::{SqliteOpenError, SqliteStore};
 pub use store::{Store, StoreError, StoreErrorKind};

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use idem_runtime::store::{RecordState, Store};
+use idem_runtime::store::RecordState;
 use idem_runtime::{prepare, ToolError};
 use support::{spec, Harness};
 

@@ -16,6 +16,12 @@ mod memory;
 #[cfg(feature = "memory")]
 pub use memory::MemoryStore;
 
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
+
+#[cfg(feature = "sqlite")]
+pub use sqlite::{SqliteOpenError, SqliteStore, SQLITE_SCHEMA_VERSION};
+
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,22 +20,45 @@ use idem_runtime::{
 };
 
 pub struct Harness {
-    pub store: Arc<MemoryStore>,
+    pub store: Arc<dyn Store>,
     pub clock: ManualClock,
     pub engine: Engine,
     pub log: EffectLog,
+    /// Whatever must outlive the store (a temporary directory, say).
+    _keep: Option<Box<dyn Any + Send + Sync>>,
+}
+
+/// A store under test and whatever must live as long as it (a temporary directory).
+pub struct TestStore {
+    pub store: Arc<dyn Store>,
+    pub keep: Option<Box<dyn Any + Send + Sync>>,
+}
+
+impl TestStore {
+    pub fn memory() -> Self {
+        TestStore {
+            store: Arc::new(MemoryStore::new()),
+            keep: None,
+        }
+    }
 }
 
 impl Harness {
+    /// A harness over a fresh memory store.
     pub fn new() -> Self {
-        let store = Arc::new(MemoryStore::new());
+        Harness::on(TestStore::memory())
+    }
+
+    /// A harness over `store`, with a manual clock.
+    pub fn on(store: TestStore) -> Self {
         let clock = ManualClock::new();
-        let engine = Engine::from_shared(store.clone(), Arc::new(clock.clone()));
+        let engine = Engine::from_shared(store.store.clone(), Arc::new(clock.clone()));
         Harness {
-            store,
+            store: store.store,
             clock,
             engine,
             log: EffectLog::new(),
+            _keep: store.keep,
         }
     }
 
@@ -95,14 +119,33 @@ pub fn key_of(spec: &'static ToolSpec, ctx: &CallContext, order: u64) -> Idempot
         .clone()
 }
 
-/// A store that wraps a memory store and fails chosen operations on demand.
-#[derive(Debug, Default)]
+/// A store that wraps another (a memory store by default), counts claims and fails chosen
+/// operations on demand.
+#[derive(Debug)]
 pub struct FaultyStore {
-    pub inner: MemoryStore,
+    pub inner: Arc<dyn Store>,
     pub fail_claim: AtomicBool,
     pub fail_complete: AtomicBool,
     pub fail_release: AtomicBool,
     pub claims: AtomicUsize,
+}
+
+impl FaultyStore {
+    pub fn wrapping(inner: Arc<dyn Store>) -> Self {
+        FaultyStore {
+            inner,
+            fail_claim: AtomicBool::new(false),
+            fail_complete: AtomicBool::new(false),
+            fail_release: AtomicBool::new(false),
+            claims: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl Default for FaultyStore {
+    fn default() -> Self {
+        FaultyStore::wrapping(Arc::new(MemoryStore::new()))
+    }
 }
 
 fn unavailable<'a, T: Send + 'a>() -> StoreFuture<'a, T> {
