@@ -22,6 +22,12 @@ pub mod sqlite;
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteOpenError, SqliteStore, SQLITE_SCHEMA_VERSION};
 
+#[cfg(feature = "postgres")]
+pub mod postgres;
+
+#[cfg(feature = "postgres")]
+pub use postgres::{PostgresConnectError, PostgresStore, POSTGRES_SCHEMA_VERSION};
+
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;

@@ -1,0 +1,918 @@
+//! The PostgreSQL store: one database shared by many processes on many machines.
+//!
+//! Enabled by the `postgres` cargo feature. Built on [`tokio_postgres`] 0.7 with a
+//! [`deadpool_postgres`] 0.14 connection pool (16 connections, plain TCP without TLS).
+//!
+//! # Schema (version 1)
+//!
+//! Created on first use, inside one transaction holding a transaction-level advisory
+//! lock (so that stores starting together do not race), in the schema given to
+//! [`PostgresStore::with_schema`] (`idem` by default, see [`DEFAULT_SCHEMA`]):
+//!
+//! ```sql
+//! CREATE SCHEMA IF NOT EXISTS idem;
+//! CREATE TABLE idem.meta (
+//!     name  TEXT PRIMARY KEY,              -- 'schema_version'
+//!     value BIGINT NOT NULL                -- 1
+//! );
+//! CREATE TABLE idem.records (
+//!     key          TEXT PRIMARY KEY,        -- the idempotency key (64 hex digits)
+//!     fingerprint  TEXT NOT NULL,           -- 64 hex digits (S9)
+//!     created_at   BIGINT NOT NULL,         -- ms since the Unix epoch
+//!     expires_at   BIGINT NOT NULL,         -- ms; live while now < expires_at (S8)
+//!     owner        TEXT,                    -- in progress: owner token, 32 hex digits
+//!     lease_until  BIGINT,                  -- in progress: lease deadline, ms (S6)
+//!     outcome      TEXT,                    -- completed: the envelope JSON, verbatim (S11)
+//!     completed_at BIGINT,                  -- completed: ms
+//!     CHECK ((owner IS NOT NULL AND lease_until IS NOT NULL
+//!             AND outcome IS NULL AND completed_at IS NULL)
+//!         OR (owner IS NULL AND lease_until IS NULL
+//!             AND outcome IS NOT NULL AND completed_at IS NOT NULL))
+//! );
+//! CREATE INDEX records_expires_at ON idem.records (expires_at);
+//! ```
+//!
+//! A row is in progress when `owner` is set and completed when `outcome` is set. Times are
+//! whole milliseconds since the Unix epoch, the unit of [`Timestamp`]; an instant at or
+//! past `i64::MAX` ms is stored as `i64::MAX` (as in the SQLite store). The outcome is
+//! `TEXT`, not `JSONB`, so that it reads back byte for byte (S11). Keys, fingerprints,
+//! owners, outcomes and times are always bound as parameters; the schema name is the only
+//! name in the SQL text, and it must be a plain lowercase identifier (checked, then
+//! quoted).
+//!
+//! # Operations (S2, S6, S8)
+//!
+//! - claim: one statement,
+//!   `WITH ins AS (INSERT … ON CONFLICT (key) DO UPDATE … WHERE records.expires_at <= now
+//!   RETURNING …) SELECT … FROM ins UNION ALL SELECT … FROM records WHERE key = $1 AND
+//!   expires_at > now AND NOT EXISTS (SELECT 1 FROM ins)`: inserts if the key is absent or
+//!   expired, and otherwise returns the live row, in one round trip. The one case it
+//!   cannot answer is a race with a concurrent first claim of the same key that committed
+//!   after this statement's snapshot: the insert waited for it and wrote nothing, and the
+//!   snapshot does not show the row. Then the store reads the row in a second statement
+//!   (a new snapshot), and retries the claim if that row is gone again, up to 8 times.
+//! - take over, complete, release: one compare-and-set statement each,
+//!   `UPDATE/DELETE … WHERE key = $1 AND owner = $2 …`.
+//! - expiry is compared with the `now` the engine passes in, never the server's clock;
+//!   rows are deleted only once expired: every 1024 claims of a store a background task
+//!   deletes at most 256 of them, and [`PostgresStore::collect_garbage`] deletes all.
+//!
+//! Each statement is prepared once per pooled connection and then costs one round trip:
+//! a first execution costs two (claim, complete), a replay one (claim).
+//!
+//! # Runtime
+//!
+//! Every operation runs as a task on the tokio runtime of the caller (it never blocks a
+//! thread). Driven outside a tokio runtime (a sync tool's `run_blocking` with no runtime),
+//! every operation fails at once with [`StoreErrorKind::Unsupported`]: use the SQLite or
+//! memory store from sync tools, or call them inside a runtime. If a caller drops a claim
+//! or takeover future while its statement is in flight, and the statement then acquires
+//! the claim, the store releases it at once (S7). [`Store::release_on_drop`] spawns the
+//! release on the current tokio runtime, if there is one (otherwise the claim lapses with
+//! its lease). [`Store::watch`] returns `None`: waiting duplicates poll with backoff (S5).
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio::sync::OnceCell;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{NoTls, Row};
+
+use super::{
+    Claim, ClaimRequest, Completion, OwnerToken, Record, RecordState, Store, StoreError,
+    StoreErrorKind, StoreFuture, TakeoverRequest,
+};
+use crate::clock::Timestamp;
+use crate::envelope::Envelope;
+use crate::key::{Fingerprint, IdempotencyKey};
+
+/// The schema version this build writes and reads (see the module documentation).
+pub const POSTGRES_SCHEMA_VERSION: i64 = 1;
+
+/// The schema [`PostgresStore::connect`] uses.
+pub const DEFAULT_SCHEMA: &str = "idem";
+
+/// Connections per store.
+const POOL_SIZE: usize = 16;
+
+/// How long connecting, or waiting for a free pooled connection, may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How many claims of one store between two garbage collections.
+const COLLECT_EVERY: u64 = 1024;
+
+/// How many expired rows one background garbage collection deletes at most.
+const COLLECT_BATCH: i64 = 256;
+
+/// How many times a claim retries after racing with a concurrent claim and release.
+const CLAIM_ATTEMPTS: usize = 8;
+
+const BACKEND: &str = "postgres";
+
+/// Why [`PostgresStore::connect`] or [`PostgresStore::with_schema`] failed. Each variant
+/// names the URL with its password replaced by `***`.
+///
+/// Connecting is lazy: these errors are about the arguments. A server that cannot be
+/// reached, or a schema of another version, is reported by the first operation as a
+/// [`StoreError`] (of kind [`StoreErrorKind::Unavailable`] or
+/// [`StoreErrorKind::Unsupported`]) that names the URL the same way.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PostgresConnectError {
+    /// The URL is not a PostgreSQL connection string.
+    #[error("invalid PostgreSQL URL {url}: {message}")]
+    InvalidUrl {
+        /// The URL, password redacted.
+        url: String,
+        /// Why it was refused.
+        message: String,
+    },
+    /// The schema name is not 1 to 63 characters of `a-z`, `0-9` and `_` starting with a
+    /// letter or `_`.
+    #[error("invalid schema name {schema:?} for the PostgreSQL store at {url}: use 1 to 63 of a-z, 0-9 and _, not starting with a digit")]
+    InvalidSchema {
+        /// The URL, password redacted.
+        url: String,
+        /// The refused name.
+        schema: String,
+    },
+    /// The connection pool could not be built.
+    #[error("cannot set up the connection pool for the PostgreSQL store at {url}: {message}")]
+    Pool {
+        /// The URL, password redacted.
+        url: String,
+        /// The pool's message.
+        message: String,
+    },
+}
+
+impl From<PostgresConnectError> for StoreError {
+    /// Every connect error is [`StoreErrorKind::Unsupported`]: retrying cannot fix it.
+    fn from(error: PostgresConnectError) -> Self {
+        StoreError::new(BACKEND, StoreErrorKind::Unsupported, error.to_string())
+    }
+}
+
+/// A [`Store`] in a PostgreSQL database, shared by every process that connects to it
+/// with the same schema name: one execution per key across processes and machines (S2),
+/// records that survive restarts of the agents. See the [module documentation](self)
+/// for the schema, the statements and the runtime requirements.
+///
+/// Cheap to clone: clones share one connection pool.
+///
+/// ```no_run
+/// # extern crate idem_runtime as idem;
+/// use idem::{Engine, PostgresStore, SystemClock};
+/// let store = PostgresStore::connect("postgres://agent:secret@db.internal/agents")?;
+/// let engine = Engine::new(store, SystemClock);
+/// assert_eq!(engine.store().backend(), "postgres");
+/// # Ok::<(), idem::PostgresConnectError>(())
+/// ```
+#[derive(Clone)]
+pub struct PostgresStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: Pool,
+    url: String,
+    schema: String,
+    sql: Statements,
+    ready: OnceCell<()>,
+    claims: AtomicU64,
+}
+
+/// The statements, with the schema name spliced in once.
+struct Statements {
+    setup_meta: String,
+    read_version: String,
+    create_records: String,
+    write_version: String,
+    claim: String,
+    read_live: String,
+    take_over: String,
+    complete: String,
+    release: String,
+    collect_some: String,
+    collect_all: String,
+}
+
+impl Statements {
+    fn new(schema: &str) -> Self {
+        let s = format!("\"{schema}\"");
+        let row = "fingerprint, created_at, expires_at, owner, lease_until, outcome, completed_at";
+        Statements {
+            setup_meta: format!(
+                "CREATE SCHEMA IF NOT EXISTS {s};
+                 CREATE TABLE IF NOT EXISTS {s}.meta (name TEXT PRIMARY KEY, value BIGINT NOT NULL);"
+            ),
+            read_version: format!("SELECT value FROM {s}.meta WHERE name = 'schema_version'"),
+            create_records: format!(
+                "CREATE TABLE IF NOT EXISTS {s}.records (
+                    key          TEXT PRIMARY KEY,
+                    fingerprint  TEXT NOT NULL,
+                    created_at   BIGINT NOT NULL,
+                    expires_at   BIGINT NOT NULL,
+                    owner        TEXT,
+                    lease_until  BIGINT,
+                    outcome      TEXT,
+                    completed_at BIGINT,
+                    CHECK ((owner IS NOT NULL AND lease_until IS NOT NULL
+                            AND outcome IS NULL AND completed_at IS NULL)
+                        OR (owner IS NULL AND lease_until IS NULL
+                            AND outcome IS NOT NULL AND completed_at IS NOT NULL))
+                 );
+                 CREATE INDEX IF NOT EXISTS records_expires_at ON {s}.records (expires_at);"
+            ),
+            write_version: format!(
+                "INSERT INTO {s}.meta (name, value) VALUES ('schema_version', $1)"
+            ),
+            claim: format!(
+                "WITH ins AS (
+                    INSERT INTO {s}.records AS r
+                        (key, fingerprint, created_at, expires_at, owner, lease_until)
+                    VALUES ($1, $2, $3, $4, $5, $6)
+                    ON CONFLICT (key) DO UPDATE SET
+                        fingerprint = EXCLUDED.fingerprint,
+                        created_at = EXCLUDED.created_at,
+                        expires_at = EXCLUDED.expires_at,
+                        owner = EXCLUDED.owner,
+                        lease_until = EXCLUDED.lease_until,
+                        outcome = NULL,
+                        completed_at = NULL
+                    WHERE r.expires_at <= $3
+                    RETURNING 1
+                 )
+                 SELECT TRUE AS acquired, NULL::TEXT, NULL::BIGINT, NULL::BIGINT, NULL::TEXT,
+                        NULL::BIGINT, NULL::TEXT, NULL::BIGINT
+                 FROM ins
+                 UNION ALL
+                 SELECT FALSE, {row} FROM {s}.records
+                 WHERE key = $1 AND expires_at > $3 AND NOT EXISTS (SELECT 1 FROM ins)"
+            ),
+            read_live: format!(
+                "SELECT FALSE, {row} FROM {s}.records WHERE key = $1 AND expires_at > $2"
+            ),
+            take_over: format!(
+                "UPDATE {s}.records SET owner = $1, lease_until = $2, created_at = $3, expires_at = $4
+                 WHERE key = $5 AND owner = $6 AND lease_until = $7 AND expires_at > $3"
+            ),
+            complete: format!(
+                "UPDATE {s}.records
+                 SET owner = NULL, lease_until = NULL, outcome = $1, completed_at = $2
+                 WHERE key = $3 AND owner = $4 AND expires_at > $2"
+            ),
+            release: format!("DELETE FROM {s}.records WHERE key = $1 AND owner = $2"),
+            collect_some: format!(
+                "DELETE FROM {s}.records WHERE key IN
+                    (SELECT key FROM {s}.records WHERE expires_at <= $1 LIMIT $2)
+                 AND expires_at <= $1"
+            ),
+            collect_all: format!("DELETE FROM {s}.records WHERE expires_at <= $1"),
+        }
+    }
+}
+
+impl PostgresStore {
+    /// A store in the database at `url` (`postgres://user:password@host:port/database`
+    /// or the `key=value` form), in the schema [`DEFAULT_SCHEMA`] (`idem`).
+    ///
+    /// Does not connect: the pool connects on first use (5 s connect timeout), and the
+    /// first operation creates the schema if absent.
+    ///
+    /// # Errors
+    /// [`PostgresConnectError::InvalidUrl`] when `url` cannot be parsed,
+    /// [`PostgresConnectError::Pool`] when the pool cannot be built.
+    pub fn connect(url: &str) -> Result<Self, PostgresConnectError> {
+        Self::with_schema(url, DEFAULT_SCHEMA)
+    }
+
+    /// As [`connect`](Self::connect), with the tables in the schema `schema`: stores with
+    /// different schema names on one database never see each other's records.
+    ///
+    /// # Errors
+    /// As [`connect`](Self::connect), and [`PostgresConnectError::InvalidSchema`] when
+    /// `schema` is not 1 to 63 characters of `a-z`, `0-9` and `_` starting with a letter
+    /// or `_`.
+    pub fn with_schema(url: &str, schema: &str) -> Result<Self, PostgresConnectError> {
+        let shown = redact(url);
+        if !valid_schema(schema) {
+            return Err(PostgresConnectError::InvalidSchema {
+                url: shown,
+                schema: schema.to_owned(),
+            });
+        }
+        let mut config = tokio_postgres::Config::from_str(url).map_err(|e| {
+            PostgresConnectError::InvalidUrl {
+                url: shown.clone(),
+                message: e.to_string(),
+            }
+        })?;
+        config.connect_timeout(CONNECT_TIMEOUT);
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .runtime(Runtime::Tokio1)
+            .create_timeout(Some(CONNECT_TIMEOUT))
+            .wait_timeout(Some(CONNECT_TIMEOUT))
+            .build()
+            .map_err(|e| PostgresConnectError::Pool {
+                url: shown.clone(),
+                message: e.to_string(),
+            })?;
+        Ok(PostgresStore {
+            inner: Arc::new(Inner {
+                pool,
+                url: shown,
+                schema: schema.to_owned(),
+                sql: Statements::new(schema),
+                ready: OnceCell::new(),
+                claims: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// The URL this store connects to, with its password replaced by `***`.
+    pub fn url(&self) -> &str {
+        &self.inner.url
+    }
+
+    /// The schema holding this store's tables.
+    pub fn schema(&self) -> &str {
+        &self.inner.schema
+    }
+
+    /// Deletes every record that is expired at `now` (ms since the Unix epoch; S8: live
+    /// records are never deleted) and returns how many.
+    ///
+    /// # Errors
+    /// [`StoreErrorKind::Unavailable`] when the server cannot be reached or the statement
+    /// fails; [`StoreErrorKind::Unsupported`] outside a tokio runtime or when the schema
+    /// has another version.
+    pub async fn collect_garbage(&self, now: Timestamp) -> Result<u64, StoreError> {
+        self.run(
+            move |inner| async move {
+                let client = inner.client().await?;
+                let stmt = inner.prepare(&client, &inner.sql.collect_all).await?;
+                client
+                    .execute(&stmt, &[&to_sql(now)])
+                    .await
+                    .map_err(|e| inner.db_error("collect garbage", e))
+            },
+            None,
+        )
+        .await
+    }
+
+    /// Runs `op` as a task on the caller's tokio runtime; fails with
+    /// [`StoreErrorKind::Unsupported`] outside one.
+    ///
+    /// `undo` is for operations that may acquire a claim (claim, take over): if the caller
+    /// drops the future before `op` finished, and `op` then reports (by `undo.acquired`)
+    /// that it acquired the claim, the claim is released at once (S7).
+    fn run<T, F, Fut>(&self, op: F, undo: Option<Undo<T>>) -> StoreFuture<'static, T>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<Inner>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, StoreError>> + Send + 'static,
+    {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return Box::pin(std::future::ready(Err(StoreError::new(
+                BACKEND,
+                StoreErrorKind::Unsupported,
+                format!(
+                    "the PostgreSQL store at {} needs a tokio runtime: call it from async code \
+                     inside one (sync tools without a runtime need the memory or SQLite store)",
+                    self.inner.url
+                ),
+            ))));
+        };
+        let task = runtime.spawn(op(Arc::clone(&self.inner)));
+        let mut in_flight = InFlight {
+            task: Some(task),
+            runtime,
+            store: self.clone(),
+            undo,
+        };
+        Box::pin(async move {
+            // Always present here: only this block and `Drop` take it.
+            let Some(task) = in_flight.task.as_mut() else {
+                return Err(StoreError::new(
+                    BACKEND,
+                    StoreErrorKind::Unavailable,
+                    "a PostgreSQL call lost its task",
+                ));
+            };
+            let joined = task.await;
+            in_flight.finished();
+            joined.unwrap_or_else(|e| {
+                Err(StoreError::new(
+                    BACKEND,
+                    StoreErrorKind::Unavailable,
+                    format!("the task of a PostgreSQL call did not finish: {e}"),
+                ))
+            })
+        })
+    }
+}
+
+impl Inner {
+    /// A pooled connection, creating the schema first if this store has not yet.
+    async fn client(&self) -> Result<deadpool_postgres::Client, StoreError> {
+        let mut client = self.pool.get().await.map_err(|e| {
+            StoreError::new(
+                BACKEND,
+                StoreErrorKind::Unavailable,
+                format!("cannot connect to {}: {e}", self.url),
+            )
+        })?;
+        self.ready
+            .get_or_try_init(|| self.set_up(&mut client))
+            .await?;
+        Ok(client)
+    }
+
+    /// Creates the schema if absent, checks its version (see the module documentation).
+    async fn set_up(&self, client: &mut deadpool_postgres::Client) -> Result<(), StoreError> {
+        let failed = |e| self.db_error("create the schema", e);
+        let tx = client.transaction().await.map_err(failed)?;
+        // Serialises concurrent first uses of one schema name, across processes.
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtext($1))",
+            &[&format!("idem schema {}", self.schema)],
+        )
+        .await
+        .map_err(failed)?;
+        tx.batch_execute(&self.sql.setup_meta)
+            .await
+            .map_err(failed)?;
+        let found = tx
+            .query_opt(&self.sql.read_version, &[])
+            .await
+            .map_err(failed)?
+            .map(|row| row.try_get::<_, i64>(0))
+            .transpose()
+            .map_err(failed)?;
+        match found {
+            None => {
+                tx.batch_execute(&self.sql.create_records)
+                    .await
+                    .map_err(failed)?;
+                tx.execute(&self.sql.write_version, &[&POSTGRES_SCHEMA_VERSION])
+                    .await
+                    .map_err(failed)?;
+            }
+            Some(POSTGRES_SCHEMA_VERSION) => {}
+            Some(found) => {
+                return Err(StoreError::new(
+                    BACKEND,
+                    StoreErrorKind::Unsupported,
+                    format!(
+                        "the PostgreSQL store at {} has idem schema version {found} in schema {}; \
+                         this build reads version {POSTGRES_SCHEMA_VERSION}",
+                        self.url, self.schema
+                    ),
+                ))
+            }
+        }
+        tx.commit().await.map_err(failed)
+    }
+
+    async fn prepare(
+        &self,
+        client: &deadpool_postgres::Client,
+        sql: &str,
+    ) -> Result<tokio_postgres::Statement, StoreError> {
+        client
+            .prepare_cached(sql)
+            .await
+            .map_err(|e| self.db_error("prepare a statement", e))
+    }
+
+    async fn execute(
+        &self,
+        op: &str,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, StoreError> {
+        let client = self.client().await?;
+        let stmt = self.prepare(&client, sql).await?;
+        client
+            .execute(&stmt, params)
+            .await
+            .map_err(|e| self.db_error(op, e))
+    }
+
+    async fn claim(
+        &self,
+        key: &str,
+        fingerprint: &str,
+        owner: &str,
+        times: [i64; 3],
+    ) -> Result<Claim, StoreError> {
+        let [now, lease_until, expires_at] = times;
+        let client = self.client().await?;
+        let claim = self.prepare(&client, &self.sql.claim).await?;
+        let read = self.prepare(&client, &self.sql.read_live).await?;
+        for _ in 0..CLAIM_ATTEMPTS {
+            let rows = client
+                .query(
+                    &claim,
+                    &[&key, &fingerprint, &now, &expires_at, &owner, &lease_until],
+                )
+                .await
+                .map_err(|e| self.db_error("claim", e))?;
+            if let Some(row) = rows.first() {
+                return self.decode_claim(key, row);
+            }
+            // Raced with a concurrent first claim committed after the snapshot: read it.
+            let rows = client
+                .query(&read, &[&key, &now])
+                .await
+                .map_err(|e| self.db_error("claim", e))?;
+            if let Some(row) = rows.first() {
+                return self.decode_claim(key, row);
+            }
+        }
+        Err(StoreError::new(
+            BACKEND,
+            StoreErrorKind::Unavailable,
+            format!(
+                "claim of {key} on {}: the key kept changing under {CLAIM_ATTEMPTS} attempts",
+                self.url
+            ),
+        ))
+    }
+
+    fn decode_claim(&self, key: &str, row: &Row) -> Result<Claim, StoreError> {
+        let acquired: bool = row
+            .try_get(0)
+            .map_err(|e| self.db_error("read a claim", e))?;
+        if acquired {
+            Ok(Claim::Acquired)
+        } else {
+            self.decode(key, row).map(Claim::Existing)
+        }
+    }
+
+    async fn read(&self, key: &str, now: i64) -> Result<Option<Record>, StoreError> {
+        let client = self.client().await?;
+        let stmt = self.prepare(&client, &self.sql.read_live).await?;
+        let row = client
+            .query_opt(&stmt, &[&key, &now])
+            .await
+            .map_err(|e| self.db_error("read", e))?;
+        row.map(|row| self.decode(key, &row)).transpose()
+    }
+
+    /// A row of `read_live` (or the live branch of `claim`), columns 1 to 7.
+    fn decode(&self, key: &str, row: &Row) -> Result<Record, StoreError> {
+        let bad = |e: tokio_postgres::Error| self.corrupt(key, &e.to_string());
+        let fingerprint: String = row.try_get(1).map_err(bad)?;
+        let created_at: i64 = row.try_get(2).map_err(bad)?;
+        let expires_at: i64 = row.try_get(3).map_err(bad)?;
+        let owner: Option<String> = row.try_get(4).map_err(bad)?;
+        let lease_until: Option<i64> = row.try_get(5).map_err(bad)?;
+        let outcome: Option<String> = row.try_get(6).map_err(bad)?;
+        let completed_at: Option<i64> = row.try_get(7).map_err(bad)?;
+        let time = |value: i64, column: &str| {
+            u64::try_from(value)
+                .map(Timestamp::from_millis)
+                .map_err(|_| self.corrupt(key, &format!("negative {column} {value}")))
+        };
+        let fingerprint = Fingerprint::from_hex(&fingerprint)
+            .ok_or_else(|| self.corrupt(key, "fingerprint is not 64 lowercase hex digits"))?;
+        let state = match (owner, lease_until, outcome, completed_at) {
+            (Some(owner), Some(lease_until), None, None) => {
+                let owner = (owner.len() == 32)
+                    .then(|| u128::from_str_radix(&owner, 16).ok())
+                    .flatten()
+                    .ok_or_else(|| self.corrupt(key, "owner is not 32 hex digits"))?;
+                RecordState::InProgress {
+                    owner: OwnerToken::from_u128(owner),
+                    lease_until: time(lease_until, "lease_until")?,
+                }
+            }
+            (None, None, Some(outcome), Some(completed_at)) => RecordState::Completed {
+                outcome: Envelope::from_stored(outcome),
+                completed_at: time(completed_at, "completed_at")?,
+            },
+            _ => return Err(self.corrupt(key, "neither in progress nor completed")),
+        };
+        Ok(Record {
+            fingerprint,
+            created_at: time(created_at, "created_at")?,
+            expires_at: time(expires_at, "expires_at")?,
+            state,
+        })
+    }
+
+    fn db_error(&self, op: &str, e: tokio_postgres::Error) -> StoreError {
+        StoreError::new(
+            BACKEND,
+            StoreErrorKind::Unavailable,
+            format!("{op} on {} (schema {}): {e}", self.url, self.schema),
+        )
+    }
+
+    fn corrupt(&self, key: &str, what: &str) -> StoreError {
+        StoreError::new(
+            BACKEND,
+            StoreErrorKind::Corrupt,
+            format!(
+                "record {key} on {} (schema {}): {what}",
+                self.url, self.schema
+            ),
+        )
+    }
+}
+
+/// The key and owner of a claim being acquired, to release if nobody awaits the result
+/// and `acquired` says the operation acquired it.
+struct Undo<T> {
+    key: IdempotencyKey,
+    owner: OwnerToken,
+    acquired: fn(&T) -> bool,
+}
+
+/// An operation running as a task, and what to undo if its caller goes away.
+struct InFlight<T: Send + 'static> {
+    task: Option<tokio::task::JoinHandle<Result<T, StoreError>>>,
+    runtime: tokio::runtime::Handle,
+    store: PostgresStore,
+    undo: Option<Undo<T>>,
+}
+
+impl<T: Send + 'static> InFlight<T> {
+    /// The caller got the result: nothing to undo.
+    fn finished(&mut self) {
+        self.task = None;
+    }
+}
+
+impl<T: Send + 'static> Drop for InFlight<T> {
+    fn drop(&mut self) {
+        let (Some(task), Some(undo)) = (self.task.take(), self.undo.take()) else {
+            return;
+        };
+        let store = self.store.clone();
+        // If the runtime is shutting down the task never runs: the lease lapses instead.
+        drop(self.runtime.spawn(async move {
+            if let Ok(Ok(result)) = task.await {
+                if (undo.acquired)(&result) {
+                    if let Err(error) = store.release(&undo.key, undo.owner).await {
+                        tracing::warn!(key = %undo.key, %error, "could not release an abandoned claim; it lapses with its lease");
+                    }
+                }
+            }
+        }));
+    }
+}
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("url", &self.inner.url)
+            .field("schema", &self.inner.schema)
+            .finish()
+    }
+}
+
+/// Whether `schema` is a plain lowercase identifier (safe to quote into SQL).
+fn valid_schema(schema: &str) -> bool {
+    let mut chars = schema.chars();
+    matches!(chars.next(), Some('a'..='z' | '_'))
+        && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_'))
+        && schema.len() <= 63
+}
+
+/// `url` with its password replaced by `***` (URL form `user:password@` and key-value
+/// form `password=…`).
+fn redact(url: &str) -> String {
+    if let Some(scheme_end) = url.find("://") {
+        let rest = &url[scheme_end + 3..];
+        let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+        let authority = &rest[..authority_end];
+        let Some(at) = authority.rfind('@') else {
+            return url.to_owned();
+        };
+        let userinfo = &authority[..at];
+        let Some(colon) = userinfo.find(':') else {
+            return url.to_owned();
+        };
+        return format!(
+            "{}{}:***{}",
+            &url[..scheme_end + 3],
+            &userinfo[..colon],
+            &rest[at..]
+        );
+    }
+    url.split(' ')
+        .map(|part| {
+            if part.starts_with("password=") {
+                "password=***"
+            } else {
+                part
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A timestamp as a BIGINT (ms), saturating at `i64::MAX`.
+fn to_sql(t: Timestamp) -> i64 {
+    i64::try_from(t.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn owner_to_sql(owner: OwnerToken) -> String {
+    format!("{:032x}", owner.as_u128())
+}
+
+impl Store for PostgresStore {
+    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, Claim> {
+        let key = req.key.as_str().to_owned();
+        let fingerprint = req.fingerprint.as_str().to_owned();
+        let owner = owner_to_sql(req.owner);
+        let times = [
+            to_sql(req.now),
+            to_sql(req.lease_until),
+            to_sql(req.expires_at),
+        ];
+        if self.inner.claims.fetch_add(1, Ordering::Relaxed) % COLLECT_EVERY == COLLECT_EVERY - 1 {
+            let inner = Arc::clone(&self.inner);
+            let now = times[0];
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                drop(runtime.spawn(async move {
+                    let sql = &inner.sql.collect_some;
+                    if let Err(error) = inner
+                        .execute("collect garbage", sql, &[&now, &COLLECT_BATCH])
+                        .await
+                    {
+                        tracing::warn!(%error, "could not collect expired records");
+                    }
+                }));
+            }
+        }
+        let undo = Undo {
+            key: req.key.clone(),
+            owner: req.owner,
+            acquired: |claim: &Claim| matches!(claim, Claim::Acquired),
+        };
+        self.run(
+            move |inner| async move { inner.claim(&key, &fingerprint, &owner, times).await },
+            Some(undo),
+        )
+    }
+
+    fn take_over<'a>(&'a self, req: TakeoverRequest<'a>) -> StoreFuture<'a, bool> {
+        let key = req.key.as_str().to_owned();
+        let (owner, seen_owner) = (owner_to_sql(req.owner), owner_to_sql(req.seen_owner));
+        let times = [
+            to_sql(req.lease_until),
+            to_sql(req.now),
+            to_sql(req.expires_at),
+            to_sql(req.seen_lease_until),
+        ];
+        let undo = Undo {
+            key: req.key.clone(),
+            owner: req.owner,
+            acquired: |taken: &bool| *taken,
+        };
+        self.run(
+            move |inner| async move {
+                let [lease_until, now, expires_at, seen_lease_until] = times;
+                inner
+                    .execute(
+                        "take over",
+                        &inner.sql.take_over,
+                        &[
+                            &owner,
+                            &lease_until,
+                            &now,
+                            &expires_at,
+                            &key,
+                            &seen_owner,
+                            &seen_lease_until,
+                        ],
+                    )
+                    .await
+                    .map(|updated| updated == 1)
+            },
+            Some(undo),
+        )
+    }
+
+    fn complete<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        owner: OwnerToken,
+        outcome: &'a Envelope,
+        now: Timestamp,
+    ) -> StoreFuture<'a, Completion> {
+        let key = key.as_str().to_owned();
+        let outcome = outcome.as_str().to_owned();
+        let owner = owner_to_sql(owner);
+        self.run(
+            move |inner| async move {
+                inner
+                    .execute(
+                        "complete",
+                        &inner.sql.complete,
+                        &[&outcome, &to_sql(now), &key, &owner],
+                    )
+                    .await
+                    .map(|updated| {
+                        if updated == 1 {
+                            Completion::Saved
+                        } else {
+                            Completion::Fenced
+                        }
+                    })
+            },
+            None,
+        )
+    }
+
+    fn release<'a>(&'a self, key: &'a IdempotencyKey, owner: OwnerToken) -> StoreFuture<'a, bool> {
+        let key = key.as_str().to_owned();
+        let owner = owner_to_sql(owner);
+        self.run(
+            move |inner| async move {
+                inner
+                    .execute("release", &inner.sql.release, &[&key, &owner])
+                    .await
+                    .map(|deleted| deleted == 1)
+            },
+            None,
+        )
+    }
+
+    fn read<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        now: Timestamp,
+    ) -> StoreFuture<'a, Option<Record>> {
+        let key = key.as_str().to_owned();
+        self.run(
+            move |inner| async move { inner.read(&key, to_sql(now)).await },
+            None,
+        )
+    }
+
+    fn release_on_drop(&self, key: &IdempotencyKey, owner: OwnerToken) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(key = %key, "no tokio runtime to release the claim on; it lapses with its lease");
+            return;
+        };
+        let store = self.clone();
+        let key = key.clone();
+        drop(runtime.spawn(async move {
+            if let Err(error) = store.release(&key, owner).await {
+                tracing::warn!(key = %key, %error, "could not release the claim; it lapses with its lease");
+            }
+        }));
+    }
+
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{redact, valid_schema};
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redact("postgres://agent:s3cr:et@db:5432/x?sslmode=disable"),
+            "postgres://agent:***@db:5432/x?sslmode=disable"
+        );
+        assert_eq!(redact("postgres://agent@db/x"), "postgres://agent@db/x");
+        assert_eq!(redact("postgresql://db/x"), "postgresql://db/x");
+        assert_eq!(
+            redact("host=db user=agent password=hunter2 dbname=x"),
+            "host=db user=agent password=*** dbname=x"
+        );
+    }
+
+    #[test]
+    fn schema_names_are_plain_identifiers() {
+        for ok in ["idem", "_x", "idem_test_0af3", &"a".repeat(63)] {
+            assert!(valid_schema(ok), "{ok}");
+        }
+        for bad in ["", "9x", "Idem", "a-b", "a\"b", "x; DROP", &"a".repeat(64)] {
+            assert!(!valid_schema(bad), "{bad}");
+        }
+    }
+}
