@@ -41,6 +41,8 @@ pub use scope::Scope;
 pub use spec::ToolSpec;
 #[cfg(feature = "memory")]
 pub use store::MemoryStore;
+#[cfg(feature = "redis")]
+pub use store::{RedisConnectError, RedisStore};
 #[cfg(feature = "sqlite")]
 pub use store::{SqliteOpenError, SqliteStore};
 pub use store::{Store, StoreError, StoreErrorKind};

@@ -22,6 +22,12 @@ pub mod sqlite;
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteOpenError, SqliteStore, SQLITE_SCHEMA_VERSION};
 
+#[cfg(feature = "redis")]
+pub mod redis;
+
+#[cfg(feature = "redis")]
+pub use self::redis::{RedisConnectError, RedisStore};
+
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
