@@ -43,6 +43,8 @@ pub use spec::ToolSpec;
 pub use store::MemoryStore;
 #[cfg(feature = "postgres")]
 pub use store::{PostgresConnectError, PostgresStore};
+#[cfg(feature = "redis")]
+pub use store::{RedisConnectError, RedisStore};
 #[cfg(feature = "sqlite")]
 pub use store::{SqliteOpenError, SqliteStore};
 pub use store::{Store, StoreError, StoreErrorKind};

@@ -27,6 +27,11 @@ pub mod postgres;
 
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresConnectError, PostgresStore, POSTGRES_SCHEMA_VERSION};
+#[cfg(feature = "redis")]
+pub mod redis;
+
+#[cfg(feature = "redis")]
+pub use self::redis::{RedisConnectError, RedisStore};
 
 use std::fmt;
 use std::future::Future;
