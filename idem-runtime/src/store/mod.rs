@@ -10,6 +10,8 @@
 //! thread; in-process stores return futures that are ready at once, which is what lets
 //! sync tools drive them without an async runtime.
 
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "redis"))]
+mod in_flight;
 #[cfg(feature = "memory")]
 mod memory;
 

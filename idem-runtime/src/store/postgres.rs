@@ -82,6 +82,7 @@ use tokio::sync::OnceCell;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row};
 
+use super::in_flight::{self, Undo};
 use super::{
     Claim, ClaimRequest, Completion, OwnerToken, Record, RecordState, Store, StoreError,
     StoreErrorKind, StoreFuture, TakeoverRequest,
@@ -398,31 +399,14 @@ impl PostgresStore {
             ))));
         };
         let task = runtime.spawn(op(Arc::clone(&self.inner)));
-        let mut in_flight = InFlight {
-            task: Some(task),
+        in_flight::awaited(
+            task,
             runtime,
-            store: self.clone(),
+            Arc::new(self.clone()),
             undo,
-        };
-        Box::pin(async move {
-            // Always present here: only this block and `Drop` take it.
-            let Some(task) = in_flight.task.as_mut() else {
-                return Err(StoreError::new(
-                    BACKEND,
-                    StoreErrorKind::Unavailable,
-                    "a PostgreSQL call lost its task",
-                ));
-            };
-            let joined = task.await;
-            in_flight.finished();
-            joined.unwrap_or_else(|e| {
-                Err(StoreError::new(
-                    BACKEND,
-                    StoreErrorKind::Unavailable,
-                    format!("the task of a PostgreSQL call did not finish: {e}"),
-                ))
-            })
-        })
+            BACKEND,
+            "a PostgreSQL call",
+        )
     }
 }
 
@@ -634,48 +618,6 @@ impl Inner {
                 self.url, self.schema
             ),
         )
-    }
-}
-
-/// The key and owner of a claim being acquired, to release if nobody awaits the result
-/// and `acquired` says the operation acquired it.
-struct Undo<T> {
-    key: IdempotencyKey,
-    owner: OwnerToken,
-    acquired: fn(&T) -> bool,
-}
-
-/// An operation running as a task, and what to undo if its caller goes away.
-struct InFlight<T: Send + 'static> {
-    task: Option<tokio::task::JoinHandle<Result<T, StoreError>>>,
-    runtime: tokio::runtime::Handle,
-    store: PostgresStore,
-    undo: Option<Undo<T>>,
-}
-
-impl<T: Send + 'static> InFlight<T> {
-    /// The caller got the result: nothing to undo.
-    fn finished(&mut self) {
-        self.task = None;
-    }
-}
-
-impl<T: Send + 'static> Drop for InFlight<T> {
-    fn drop(&mut self) {
-        let (Some(task), Some(undo)) = (self.task.take(), self.undo.take()) else {
-            return;
-        };
-        let store = self.store.clone();
-        // If the runtime is shutting down the task never runs: the lease lapses instead.
-        drop(self.runtime.spawn(async move {
-            if let Ok(Ok(result)) = task.await {
-                if (undo.acquired)(&result) {
-                    if let Err(error) = store.release(&undo.key, undo.owner).await {
-                        tracing::warn!(key = %undo.key, %error, "could not release an abandoned claim; it lapses with its lease");
-                    }
-                }
-            }
-        }));
     }
 }
 

@@ -70,6 +70,9 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
 
+use std::sync::Arc;
+
+use super::in_flight::{self, Undo};
 use super::{
     Claim, ClaimRequest, Completion, OwnerToken, Record, RecordState, Store, StoreError,
     StoreErrorKind, StoreFuture, TakeoverRequest,
@@ -350,31 +353,15 @@ impl RedisStore {
         let Some(undo) = undo else {
             return Box::pin(op);
         };
-        let mut in_flight = InFlight {
-            task: Some(runtime.spawn(op)),
+        let task = runtime.spawn(op);
+        in_flight::awaited(
+            task,
             runtime,
-            store: self.clone(),
-            undo: Some(undo),
-        };
-        Box::pin(async move {
-            // Always present here: only this block and `Drop` take it.
-            let Some(task) = in_flight.task.as_mut() else {
-                return Err(StoreError::new(
-                    BACKEND,
-                    StoreErrorKind::Unavailable,
-                    "a Redis call lost its task",
-                ));
-            };
-            let joined = task.await;
-            in_flight.finished();
-            joined.unwrap_or_else(|e| {
-                Err(StoreError::new(
-                    BACKEND,
-                    StoreErrorKind::Unavailable,
-                    format!("the task of a Redis call did not finish: {e}"),
-                ))
-            })
-        })
+            Arc::new(self.clone()),
+            Some(undo),
+            BACKEND,
+            "a Redis call",
+        )
     }
 
     fn no_runtime(&self) -> StoreError {
@@ -533,48 +520,6 @@ fn as_flag(value: &Value) -> Option<bool> {
         Value::Int(1) => Some(true),
         Value::Int(0) => Some(false),
         _ => None,
-    }
-}
-
-/// The key and owner of a claim being acquired, to release if nobody awaits the result
-/// and `acquired` says the operation acquired it.
-struct Undo<T> {
-    key: IdempotencyKey,
-    owner: OwnerToken,
-    acquired: fn(&T) -> bool,
-}
-
-/// A script running as a spawned task, and what to undo if its caller goes away.
-struct InFlight<T: Send + 'static> {
-    task: Option<tokio::task::JoinHandle<Result<T, StoreError>>>,
-    runtime: tokio::runtime::Handle,
-    store: RedisStore,
-    undo: Option<Undo<T>>,
-}
-
-impl<T: Send + 'static> InFlight<T> {
-    /// The caller got the result: nothing to undo.
-    fn finished(&mut self) {
-        self.task = None;
-    }
-}
-
-impl<T: Send + 'static> Drop for InFlight<T> {
-    fn drop(&mut self) {
-        let (Some(task), Some(undo)) = (self.task.take(), self.undo.take()) else {
-            return;
-        };
-        let store = self.store.clone();
-        // If the runtime is shutting down the task never runs: the lease lapses instead.
-        drop(self.runtime.spawn(async move {
-            if let Ok(Ok(result)) = task.await {
-                if (undo.acquired)(&result) {
-                    if let Err(error) = store.release(&undo.key, undo.owner).await {
-                        tracing::warn!(key = %undo.key, %error, "could not release an abandoned claim; it lapses with its lease");
-                    }
-                }
-            }
-        }));
     }
 }
 

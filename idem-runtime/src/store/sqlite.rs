@@ -79,6 +79,7 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
 
+use super::in_flight::{self, Undo};
 use super::{
     Claim, ClaimRequest, Completion, OwnerToken, Record, RecordState, Store, StoreError,
     StoreErrorKind, StoreFuture, TakeoverRequest,
@@ -367,31 +368,14 @@ impl SqliteStore {
             return Box::pin(std::future::ready(inner.with(op)));
         };
         let task = runtime.spawn_blocking(move || inner.with(op));
-        let mut in_flight = InFlight {
-            task: Some(task),
+        in_flight::awaited(
+            task,
             runtime,
-            store: self.clone(),
+            Arc::new(self.clone()),
             undo,
-        };
-        Box::pin(async move {
-            // Always present here: only this block and `Drop` take it.
-            let Some(task) = in_flight.task.as_mut() else {
-                return Err(StoreError::new(
-                    BACKEND,
-                    StoreErrorKind::Unavailable,
-                    "a SQLite call lost its blocking task",
-                ));
-            };
-            let joined = task.await;
-            in_flight.finished();
-            joined.unwrap_or_else(|e| {
-                Err(StoreError::new(
-                    BACKEND,
-                    StoreErrorKind::Unavailable,
-                    format!("the blocking task of a SQLite call did not finish: {e}"),
-                ))
-            })
-        })
+            BACKEND,
+            "a SQLite call",
+        )
     }
 
     fn release_inline(&self, key: &IdempotencyKey, owner: OwnerToken) -> Result<bool, StoreError> {
@@ -413,48 +397,6 @@ impl Inner {
         // is one statement or one transaction, which SQLite rolls back if not committed.
         let mut conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
         op(&mut conn, &self.path)
-    }
-}
-
-/// The key and owner of a claim being acquired, to release if nobody awaits the result
-/// and `acquired` says the operation acquired it.
-struct Undo<T> {
-    key: IdempotencyKey,
-    owner: OwnerToken,
-    acquired: fn(&T) -> bool,
-}
-
-/// A statement running on the blocking pool, and what to undo if its caller goes away.
-struct InFlight<T: Send + 'static> {
-    task: Option<tokio::task::JoinHandle<Result<T, StoreError>>>,
-    runtime: tokio::runtime::Handle,
-    store: SqliteStore,
-    undo: Option<Undo<T>>,
-}
-
-impl<T: Send + 'static> InFlight<T> {
-    /// The caller got the result: nothing to undo.
-    fn finished(&mut self) {
-        self.task = None;
-    }
-}
-
-impl<T: Send + 'static> Drop for InFlight<T> {
-    fn drop(&mut self) {
-        let (Some(task), Some(undo)) = (self.task.take(), self.undo.take()) else {
-            return;
-        };
-        let store = self.store.clone();
-        // If the runtime is shutting down the task never runs: the lease lapses instead.
-        drop(self.runtime.spawn(async move {
-            if let Ok(Ok(result)) = task.await {
-                if (undo.acquired)(&result) {
-                    if let Err(error) = store.release(&undo.key, undo.owner).await {
-                        tracing::warn!(key = %undo.key, %error, "could not release an abandoned claim; it lapses with its lease");
-                    }
-                }
-            }
-        }));
     }
 }
 
