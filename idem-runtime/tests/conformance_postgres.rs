@@ -146,23 +146,11 @@ async fn two_stores_run_each_key_once() {
             }));
         }
     }
-    let mut outcomes = std::collections::BTreeMap::<u64, std::collections::BTreeSet<String>>::new();
+    let mut seen = Vec::new();
     for task in tasks {
-        for (order, out) in task.await.unwrap() {
-            outcomes.entry(order).or_default().insert(out);
-        }
+        seen.extend(task.await.unwrap());
     }
-    for (order, count) in executions.iter().enumerate() {
-        assert_eq!(count.load(Ordering::SeqCst), 1, "order {order} ran once");
-    }
-    assert_eq!(outcomes.len(), KEYS as usize);
-    for (order, outs) in &outcomes {
-        assert_eq!(
-            outs.len(),
-            1,
-            "order {order}: one shared outcome, got {outs:?}"
-        );
-    }
+    conformance::assert_one_execution_and_one_outcome_per_key(&executions, seen);
 }
 
 // pins S3, S8: a completed key replays through a new store (a new pool: a restarted process)

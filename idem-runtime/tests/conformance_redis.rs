@@ -12,7 +12,6 @@ mod support;
 #[macro_use]
 mod conformance;
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -117,23 +116,11 @@ async fn two_stores_on_one_server_run_each_key_once() {
             }));
         }
     }
-    let mut outcomes = BTreeMap::<u64, BTreeSet<String>>::new();
+    let mut seen = Vec::new();
     for task in tasks {
-        for (order, out) in task.await.unwrap() {
-            outcomes.entry(order).or_default().insert(out);
-        }
+        seen.extend(task.await.unwrap());
     }
-    for (order, count) in executions.iter().enumerate() {
-        assert_eq!(count.load(Ordering::SeqCst), 1, "order {order} ran once");
-    }
-    assert_eq!(outcomes.len(), KEYS as usize);
-    for (order, outs) in &outcomes {
-        assert_eq!(
-            outs.len(),
-            1,
-            "order {order}: one shared outcome, got {outs:?}"
-        );
-    }
+    conformance::assert_one_execution_and_one_outcome_per_key(&executions, seen);
 }
 
 // pins S10: a sync tool outside any runtime gets a typed Unsupported store error and its body

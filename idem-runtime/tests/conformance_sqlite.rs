@@ -79,23 +79,11 @@ fn two_stores_on_one_file_run_each_key_once() {
             }));
         }
     }
-    let mut outcomes = std::collections::BTreeMap::<u64, std::collections::BTreeSet<String>>::new();
+    let mut seen = Vec::new();
     for t in threads {
-        for (order, out) in t.join().unwrap() {
-            outcomes.entry(order).or_default().insert(out);
-        }
+        seen.extend(t.join().unwrap());
     }
-    for (order, count) in executions.iter().enumerate() {
-        assert_eq!(count.load(Ordering::SeqCst), 1, "order {order} ran once");
-    }
-    assert_eq!(outcomes.len(), KEYS as usize);
-    for (order, outs) in &outcomes {
-        assert_eq!(
-            outs.len(),
-            1,
-            "order {order}: one shared outcome, got {outs:?}"
-        );
-    }
+    conformance::assert_one_execution_and_one_outcome_per_key(&executions, seen);
 }
 
 // pins S3, S8: a completed key replays from a store reopened on the same file (a restart)

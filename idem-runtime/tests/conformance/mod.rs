@@ -25,6 +25,30 @@ use crate::support::{default_spec, key_of, refund, spec, FaultyStore, Harness, T
 /// Makes a fresh, empty store for one test.
 pub type Factory = fn() -> TestStore;
 
+/// The verdict of a cross-store hammer (S2): every key ran exactly once, and every caller
+/// of a key got the one shared outcome. `executions[order]` counts the bodies that ran for
+/// `order`; `seen` is every caller's `(order, outcome)`.
+pub fn assert_one_execution_and_one_outcome_per_key(
+    executions: &[AtomicUsize],
+    seen: impl IntoIterator<Item = (u64, String)>,
+) {
+    let mut outcomes = std::collections::BTreeMap::<u64, std::collections::BTreeSet<String>>::new();
+    for (order, out) in seen {
+        outcomes.entry(order).or_default().insert(out);
+    }
+    for (order, count) in executions.iter().enumerate() {
+        assert_eq!(count.load(Ordering::SeqCst), 1, "order {order} ran once");
+    }
+    assert_eq!(outcomes.len(), executions.len());
+    for (order, outs) in &outcomes {
+        assert_eq!(
+            outs.len(),
+            1,
+            "order {order}: one shared outcome, got {outs:?}"
+        );
+    }
+}
+
 /// Defines `#[tokio::test]` wrappers (current-thread runtime) calling the suite functions
 /// of the same names with the enclosing module's `factory`.
 macro_rules! async_tests {
