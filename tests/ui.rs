@@ -12,3 +12,11 @@ fn ui() {
     cases.pass("tests/ui/pass/*.rs");
     cases.compile_fail("tests/ui/fail/*.rs");
 }
+
+// pins issue 3 (a `store = …` whose backend's cargo feature is off fails to build, naming
+// the feature): only meaningful in a build without the `redis` feature.
+#[cfg(not(feature = "redis"))]
+#[test]
+fn store_feature_off() {
+    trybuild::TestCases::new().compile_fail("tests/ui/feature_off/*.rs");
+}

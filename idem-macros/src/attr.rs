@@ -4,7 +4,7 @@
 //! ```text
 //! options  := (option ("," option)* ","?)?
 //! option   := "scope" "=" STRING | "ttl" "=" STRING | "lease" "=" STRING | "wait" "=" STRING
-//!           | "name" "=" STRING | "dispatch" "=" BOOL
+//!           | "name" "=" STRING | "store" "=" STRING | "dispatch" "=" BOOL
 //!           | "skip" "(" idents ")" | "key" "(" idents ")"
 //! ```
 //!
@@ -53,10 +53,18 @@ pub(crate) struct Options {
     pub skip: Option<ArgList>,
     pub key: Option<ArgList>,
     pub dispatch: Option<Spanned<bool>>,
+    pub store: Option<StoreOption>,
+}
+
+/// `store = "…"`: the tool's own store locator, and the backend (cargo feature) it needs.
+#[derive(Debug, Clone)]
+pub(crate) struct StoreOption {
+    pub locator: LitStr,
+    pub backend: &'static str,
 }
 
 const OPTIONS: &[&str] = &[
-    "scope", "ttl", "lease", "wait", "name", "skip", "key", "dispatch",
+    "scope", "ttl", "lease", "wait", "name", "skip", "key", "dispatch", "store",
 ];
 
 /// Parses the attribute's arguments. Returns what parsed, and the errors (combined) if
@@ -125,7 +133,7 @@ fn parse_options(
                     }
                 }
             }
-            "scope" | "ttl" | "lease" | "wait" | "name" | "dispatch" => {
+            "scope" | "ttl" | "lease" | "wait" | "name" | "dispatch" | "store" => {
                 let value = parse_value(input, &option)?;
                 if repeated {
                     errors.at(option.span(), duplicate(&option_name));
@@ -171,6 +179,7 @@ fn parse_value(input: ParseStream, option: &Ident) -> syn::Result<Expr> {
             "lease" => "lease = \"60s\"",
             "wait" => "wait = \"5s\"",
             "name" => "name = \"send_refund\"",
+            "store" => "store = \"sqlite:agent.db\"",
             _ => "dispatch = false",
         };
         return Err(syn::Error::new(
@@ -276,6 +285,13 @@ fn set_value(options: &mut Options, option: &str, value: &Expr) -> syn::Result<(
                 "lease" => options.lease = Some(duration),
                 _ => options.wait = Some(duration),
             }
+        }
+        "store" => {
+            let lit = string_literal(value, option, "\"sqlite:agent.db\"")?;
+            options.store = Some(StoreOption {
+                backend: store_backend(&lit)?,
+                locator: lit,
+            });
         }
         "name" => {
             let lit = string_literal(value, option, "\"send_refund\"")?;
@@ -458,6 +474,34 @@ fn edit_distance(a: &str, b: &str) -> usize {
         }
     }
     row[b.len()]
+}
+
+/// The backend a store locator names, by its scheme (the full syntax is checked by the
+/// runtime's `StoreLocator`, which also reports a disabled cargo feature).
+fn store_backend(lit: &LitStr) -> syn::Result<&'static str> {
+    let text = lit.value();
+    let text = text.trim_matches(|c: char| c.is_ascii_whitespace());
+    let backend = if text == "memory" {
+        "memory"
+    } else if let Some(path) = text.strip_prefix("sqlite:") {
+        if path.is_empty() {
+            return Err(syn::Error::new(
+                lit.span(),
+                "`store = \"sqlite:\"` names no file: write `store = \"sqlite:PATH\"`",
+            ));
+        }
+        "sqlite"
+    } else if text.starts_with("redis://") || text.starts_with("rediss://") {
+        "redis"
+    } else if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+        "postgres"
+    } else {
+        return Err(syn::Error::new(
+            lit.span(),
+            "unknown store: expected `memory`, `sqlite:PATH`, `redis://…`, `rediss://…`, `postgres://…` or `postgresql://…`",
+        ));
+    };
+    Ok(backend)
 }
 
 #[cfg(test)]

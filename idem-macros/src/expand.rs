@@ -171,13 +171,28 @@ fn spec(options: &Options, tool_name: &str) -> TokenStream {
         options.wait.as_ref(),
         quote!(::idem::ToolSpec::DEFAULT_WAIT),
     );
+    let (store, store_check) = match &options.store {
+        Some(store) => {
+            let locator = &store.locator;
+            let check = Ident::new(store.backend, Span::call_site());
+            (
+                quote!(::core::option::Option::Some(#locator)),
+                quote_spanned!(locator.span()=>
+                    const _: () = ::idem::__private::store_feature::#check();
+                ),
+            )
+        }
+        None => (quote!(::core::option::Option::None), TokenStream::new()),
+    };
     quote! {
+        #store_check
         static __IDEM_SPEC: ::idem::ToolSpec = ::idem::ToolSpec {
             name: #tool_name,
             scope: #scope,
             ttl: #ttl,
             lease: #lease,
             wait: #wait,
+            store: #store,
         };
     }
 }

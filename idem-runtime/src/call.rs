@@ -24,7 +24,7 @@ use crate::args::ArgsBuilder;
 use crate::canonical::CanonicalError;
 use crate::clock::{duration_millis, Timestamp};
 use crate::context::{CallContext, DerivedKey};
-use crate::engine::{default_engine, Engine};
+use crate::engine::{default_engine, tool_engine, Engine};
 use crate::envelope::Envelope;
 use crate::error::Error;
 use crate::key::{derive_key, Fingerprint, IdempotencyKey};
@@ -68,13 +68,16 @@ where
     if let Some(context) = &context {
         context.clear_last_outcome();
     }
-    let engine = match context.as_ref().and_then(CallContext::engine) {
-        Some(engine) => engine.clone(),
-        None => default_engine().map_err(|source| Error::Store {
-            tool: spec.name.to_owned(),
-            source,
-        })?,
-    };
+    let context_engine = context.as_ref().and_then(CallContext::engine);
+    let engine = match (spec.store, context_engine) {
+        (Some(locator), fallback) => tool_engine(spec.name, locator, fallback),
+        (None, Some(engine)) => Ok(engine.clone()),
+        (None, None) => default_engine(),
+    }
+    .map_err(|source| Error::Store {
+        tool: spec.name.to_owned(),
+        source,
+    })?;
     let attempt = context.as_ref().and_then(|c| c.take_attempt_for(spec.name));
     if let Some(carried) = attempt.and_then(|a| a.derived()) {
         return Ok(PreparedCall {

@@ -1,15 +1,37 @@
-//! The engine: the store and clock that `#[idempotent]` calls use.
+//! The engine: the store and clock that `#[idempotent]` calls use, and how it is chosen.
+//!
+//! A call's engine is, from the most specific to the least:
+//! 1. the tool's own store, from `#[idempotent(store = "…")]` (a [store
+//!    locator](crate::store::locator)), with the clock of the engine below it — so that a
+//!    tool whose outcomes must be shared by every worker is never silently moved to another
+//!    store, while tests can still move its clock;
+//! 2. the engine of the [`CallContext`](crate::CallContext) in force (set by
+//!    [`CallContext::with_engine`](crate::CallContext::with_engine), a dispatcher or a
+//!    conversation);
+//! 3. the process-wide default ([`default_engine`]): the one given to
+//!    [`set_default_engine`], else the store named by the `IDEM_STORE` environment
+//!    variable (read once, on first use), else the in-memory store.
 
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::clock::{Clock, SystemClock};
-use crate::store::Store;
+use crate::store::{Store, StoreConfigError, StoreError, StoreLocator};
+
+/// The environment variable that names the default store: a [store
+/// locator](crate::store::locator) such as `sqlite:/var/lib/agent/idem.db`.
+pub const STORE_ENV_VAR: &str = "IDEM_STORE";
 
 /// A store and a clock. Cheap to clone (two `Arc`s).
 ///
-/// Calls use the engine of the [`CallContext`](crate::CallContext) in force, else the
-/// process-wide default ([`default_engine`]).
+/// ```
+/// # extern crate idem_runtime as idem;
+/// use idem::{Engine, SystemClock};
+/// let engine = Engine::builder().store_locator("memory").clock(SystemClock).build()?;
+/// assert_eq!(engine.store().backend(), "memory");
+/// # Ok::<(), idem::store::StoreConfigError>(())
+/// ```
 #[derive(Clone)]
 pub struct Engine {
     store: Arc<dyn Store>,
@@ -36,6 +58,30 @@ impl Engine {
         Engine::new(crate::store::MemoryStore::new(), SystemClock)
     }
 
+    /// A builder: choose the store by value, by locator or from `IDEM_STORE`, and the
+    /// clock.
+    pub fn builder() -> EngineBuilder {
+        EngineBuilder::default()
+    }
+
+    /// The store named by the locator `locator` (for example `sqlite:agent.db`), with the
+    /// system clock.
+    ///
+    /// # Errors
+    /// As [`EngineBuilder::build`].
+    pub fn from_locator(locator: &str) -> Result<Self, StoreConfigError> {
+        Engine::builder().store_locator(locator).build()
+    }
+
+    /// The store named by `IDEM_STORE` (the in-memory store if it is unset), with the
+    /// system clock. Reads the variable now; [`default_engine`] reads it once per process.
+    ///
+    /// # Errors
+    /// As [`EngineBuilder::build`]; also [`StoreConfigError::NotUnicode`].
+    pub fn from_env() -> Result<Self, StoreConfigError> {
+        Engine::builder().store_from_env().build()
+    }
+
     /// The store.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
@@ -44,6 +90,14 @@ impl Engine {
     /// The clock.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock
+    }
+
+    /// This engine's clock with `store`.
+    pub(crate) fn with_store(&self, store: Arc<dyn Store>) -> Self {
+        Engine {
+            store,
+            clock: self.clock.clone(),
+        }
     }
 }
 
@@ -56,7 +110,108 @@ impl fmt::Debug for Engine {
     }
 }
 
+/// Builds an [`Engine`]; see [`Engine::builder`]. Unset parts default to the in-memory
+/// store and the system clock.
+#[derive(Default)]
+pub struct EngineBuilder {
+    store: StoreChoice,
+    clock: Option<Arc<dyn Clock>>,
+}
+
+#[derive(Default)]
+enum StoreChoice {
+    #[default]
+    Memory,
+    Given(Arc<dyn Store>),
+    Locator(String),
+    Env,
+}
+
+impl EngineBuilder {
+    /// Uses `store`.
+    pub fn store(mut self, store: impl Store) -> Self {
+        self.store = StoreChoice::Given(Arc::new(store));
+        self
+    }
+
+    /// Uses a store already shared with other engines.
+    pub fn shared_store(mut self, store: Arc<dyn Store>) -> Self {
+        self.store = StoreChoice::Given(store);
+        self
+    }
+
+    /// Uses the store named by a [locator](crate::store::locator), opened by
+    /// [`build`](Self::build).
+    pub fn store_locator(mut self, locator: impl Into<String>) -> Self {
+        self.store = StoreChoice::Locator(locator.into());
+        self
+    }
+
+    /// Uses the store named by the `IDEM_STORE` environment variable, read by
+    /// [`build`](Self::build); the in-memory store if it is unset.
+    pub fn store_from_env(mut self) -> Self {
+        self.store = StoreChoice::Env;
+        self
+    }
+
+    /// Uses `clock` (a [`ManualClock`](crate::testkit::ManualClock) in tests).
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// The engine.
+    ///
+    /// # Errors
+    /// For a locator (given, or read from `IDEM_STORE`): every [`StoreConfigError`] of
+    /// [`StoreLocator::parse`] and [`StoreLocator::open`], among them
+    /// [`StoreConfigError::FeatureDisabled`] naming the cargo feature to enable. The memory
+    /// store without the `memory` feature is `FeatureDisabled` too.
+    pub fn build(self) -> Result<Engine, StoreConfigError> {
+        let store = match self.store {
+            StoreChoice::Given(store) => store,
+            StoreChoice::Memory => StoreLocator::Memory.open()?,
+            StoreChoice::Locator(text) => StoreLocator::parse(&text)?.open()?,
+            StoreChoice::Env => open_env_locator()?,
+        };
+        let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
+        Ok(Engine { store, clock })
+    }
+}
+
+impl fmt::Debug for EngineBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let store = match &self.store {
+            StoreChoice::Memory => "memory (default)".to_owned(),
+            StoreChoice::Given(store) => format!("{store:?}"),
+            StoreChoice::Locator(text) => match StoreLocator::parse(text) {
+                Ok(locator) => locator.to_string(),
+                Err(_) => "(invalid locator)".to_owned(),
+            },
+            StoreChoice::Env => STORE_ENV_VAR.to_owned(),
+        };
+        f.debug_struct("EngineBuilder")
+            .field("store", &store)
+            .field("clock", &self.clock)
+            .finish()
+    }
+}
+
+/// The locator in `IDEM_STORE` now, opened; the memory store when the variable is unset.
+fn open_env_locator() -> Result<Arc<dyn Store>, StoreConfigError> {
+    read_env_locator()
+        .and_then(|locator| locator.open())
+        .map_err(|e| e.from_origin(STORE_ENV_VAR))
+}
+
 static DEFAULT_ENGINE: OnceLock<Engine> = OnceLock::new();
+
+/// The parse of `IDEM_STORE`, read once per process.
+static ENV_LOCATOR: OnceLock<Result<StoreLocator, StoreConfigError>> = OnceLock::new();
+
+/// Serialises the first opening of the default store, so that racing first calls share one
+/// store (one pool, one connection) rather than each opening their own.
+static DEFAULT_INIT: Mutex<()> = Mutex::new(());
 
 /// Sets the process-wide default engine, once, before the first call that needs it.
 ///
@@ -66,25 +221,87 @@ pub fn set_default_engine(engine: Engine) -> Result<(), Engine> {
     DEFAULT_ENGINE.set(engine)
 }
 
-/// The process-wide default engine: the one set with [`set_default_engine`], else an
-/// in-memory store with the system clock (feature `memory`).
+/// The process-wide default engine: the one set with [`set_default_engine`]; else the store
+/// named by `IDEM_STORE` (read once per process), with the system clock; else, with the
+/// variable unset, the in-memory store (feature `memory`).
+///
+/// A store that opened is kept for the life of the process. Redis and PostgreSQL stores
+/// connect on first use, inside the tokio runtime of that use.
 ///
 /// # Errors
-/// Without the `memory` feature and with no default set: a
-/// [`StoreError`](crate::StoreError) of kind `Unsupported` naming the fix.
-pub fn default_engine() -> Result<Engine, crate::StoreError> {
-    #[cfg(feature = "memory")]
-    {
-        Ok(DEFAULT_ENGINE.get_or_init(Engine::in_memory).clone())
+/// A [`StoreError`] of kind `Unsupported` when `IDEM_STORE` is invalid or names a backend
+/// whose cargo feature is off (the message names the feature), or when the variable is
+/// unset and the `memory` feature is off; an open failure keeps its backend's kind. The
+/// error repeats on every call: no body runs without its store (S10). An open failure
+/// (say, an SQLite file in a directory not yet mounted) is retried by the next call.
+pub fn default_engine() -> Result<Engine, StoreError> {
+    if let Some(engine) = DEFAULT_ENGINE.get() {
+        return Ok(engine.clone());
     }
-    #[cfg(not(feature = "memory"))]
-    {
-        DEFAULT_ENGINE.get().cloned().ok_or_else(|| {
-            crate::StoreError::new(
-                "none",
-                crate::store::StoreErrorKind::Unsupported,
-                "no store configured: enable the `memory` feature, call idem::set_default_engine, or set an engine on the CallContext",
-            )
-        })
+    let _init = DEFAULT_INIT.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(engine) = DEFAULT_ENGINE.get() {
+        return Ok(engine.clone());
     }
+    let locator = ENV_LOCATOR.get_or_init(read_env_locator).clone();
+    let store = locator
+        .and_then(|locator| locator.open())
+        .map_err(|e| e.from_origin(STORE_ENV_VAR).into_store_error())?;
+    let engine = Engine {
+        store,
+        clock: Arc::new(SystemClock),
+    };
+    Ok(DEFAULT_ENGINE.get_or_init(|| engine).clone())
+}
+
+fn read_env_locator() -> Result<StoreLocator, StoreConfigError> {
+    match std::env::var(STORE_ENV_VAR) {
+        Ok(text) => StoreLocator::parse(&text),
+        Err(std::env::VarError::NotPresent) => Ok(StoreLocator::Memory),
+        Err(std::env::VarError::NotUnicode(_)) => Err(StoreConfigError::NotUnicode {
+            variable: STORE_ENV_VAR.to_owned(),
+        }),
+    }
+}
+
+/// Stores opened for `#[idempotent(store = "…")]`, by locator text: every tool that names
+/// the same locator shares one store.
+static TOOL_STORES: OnceLock<Mutex<HashMap<&'static str, Arc<dyn Store>>>> = OnceLock::new();
+
+/// The engine for a call to `tool` whose attribute names the store `locator`: that store,
+/// with the clock of `fallback` (the context's engine) or the system clock.
+///
+/// # Errors
+/// The locator's [`StoreConfigError`] as a [`StoreError`], naming the tool. A failure to
+/// open is not remembered: the next call tries again.
+pub(crate) fn tool_engine(
+    tool: &str,
+    locator: &'static str,
+    fallback: Option<&Engine>,
+) -> Result<Engine, StoreError> {
+    let stores = TOOL_STORES.get_or_init(Default::default);
+    let mut stores = stores.lock().unwrap_or_else(|p| p.into_inner());
+    let store = match stores.get(locator) {
+        Some(store) => store.clone(),
+        None => {
+            let store = StoreLocator::parse(locator)
+                .and_then(|l| l.open())
+                .map_err(|e| {
+                    e.from_origin(format!("store = … on the tool `{tool}`"))
+                        .into_store_error()
+                })?;
+            stores.insert(locator, store.clone());
+            store
+        }
+    };
+    drop(stores);
+    Ok(match fallback {
+        Some(engine) => engine.with_store(store),
+        None => Engine {
+            store,
+            clock: DEFAULT_ENGINE.get().map_or_else(
+                || Arc::new(SystemClock) as Arc<dyn Clock>,
+                |e| e.clock.clone(),
+            ),
+        },
+    })
 }

@@ -270,3 +270,36 @@ mod tests {
         );
     }
 }
+
+/// Compile-time checks for `#[idempotent(store = "…")]`: the generated code evaluates the
+/// one for the locator's backend in a `const`, spanned at the locator, so a build without
+/// that backend's cargo feature fails there, naming the feature.
+pub mod store_feature {
+    /// The `memory` feature is on.
+    pub const fn memory() {
+        if !cfg!(feature = "memory") {
+            panic!("`store = \"memory\"` needs the `memory` cargo feature of idem, which is off in this build: enable it with `idem = {{ version = \"0.1\", features = [\"memory\"] }}`");
+        }
+    }
+
+    /// The `sqlite` feature is on.
+    pub const fn sqlite() {
+        if !cfg!(feature = "sqlite") {
+            panic!("`store = \"sqlite:…\"` needs the `sqlite` cargo feature of idem, which is off in this build: enable it with `idem = {{ version = \"0.1\", features = [\"sqlite\"] }}`");
+        }
+    }
+
+    /// The `redis` feature is on.
+    pub const fn redis() {
+        if !cfg!(feature = "redis") {
+            panic!("`store = \"redis://…\"` needs the `redis` cargo feature of idem, which is off in this build: enable it with `idem = {{ version = \"0.1\", features = [\"redis\"] }}`");
+        }
+    }
+
+    /// The `postgres` feature is on.
+    pub const fn postgres() {
+        if !cfg!(feature = "postgres") {
+            panic!("`store = \"postgres://…\"` needs the `postgres` cargo feature of idem, which is off in this build: enable it with `idem = {{ version = \"0.1\", features = [\"postgres\"] }}`");
+        }
+    }
+}

@@ -22,6 +22,10 @@ pub struct ToolSpec {
     /// How long a concurrent duplicate waits for the owner's outcome before it gets
     /// [`Error::InProgress`](crate::Error::InProgress) (S5). Default 5 s.
     pub wait: Duration,
+    /// The tool's own store, as a [store locator](crate::store::locator)
+    /// (`#[idempotent(store = "sqlite:agent.db")]`); `None` (the default): the engine of
+    /// the call context, else the process default. See [`crate::engine`] for the order.
+    pub store: Option<&'static str>,
 }
 
 impl ToolSpec {
@@ -40,6 +44,7 @@ impl ToolSpec {
             ttl: Self::DEFAULT_TTL,
             lease: Self::DEFAULT_LEASE,
             wait: Self::DEFAULT_WAIT,
+            store: None,
         }
     }
 }

@@ -12,8 +12,11 @@
 
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "redis"))]
 mod in_flight;
+pub mod locator;
 #[cfg(feature = "memory")]
 mod memory;
+
+pub use locator::{StoreConfigError, StoreLocator, DEFAULT_POSTGRES_SCHEMA, DEFAULT_REDIS_PREFIX};
 
 #[cfg(feature = "memory")]
 pub use memory::MemoryStore;

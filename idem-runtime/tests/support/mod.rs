@@ -88,6 +88,7 @@ pub fn spec(name: &'static str, ttl_ms: u64, lease_ms: u64, wait_ms: u64) -> &'s
         ttl: Duration::from_millis(ttl_ms),
         lease: Duration::from_millis(lease_ms),
         wait: Duration::from_millis(wait_ms),
+        ..ToolSpec::new(name)
     }))
 }
 
