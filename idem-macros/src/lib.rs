@@ -54,6 +54,7 @@ use proc_macro::TokenStream;
 /// | `name = "…"` | the fn's name | The tool name, part of every key and the name a model calls. 1 to 64 ASCII letters, digits, `_`, `-`, `.`. |
 /// | `skip(a, b)` | none | Arguments left out of the key and the fingerprint: timestamps, handles, anything that differs between retries of one intent. |
 /// | `key(a, b)` | all arguments | The identity arguments. The other non-skipped arguments form the fingerprint only: a later call with the same key and another fingerprint is an `idem::Error::Mismatch` and does not run. `key()` keys on the scope alone. |
+/// | `store = "sqlite:agent.db"` | none | The tool's own store, as a store locator (`memory`, `sqlite:PATH`, `redis://…`, `postgres://…`; syntax in `idem::store::locator`), opened on first use and shared by every tool naming the same locator. It wins over the call context's engine and the process default (the context's clock is still used). The scheme is checked at expansion; a backend whose cargo feature is off is a compile error naming the feature. |
 /// | `dispatch = false` | `true` | Leaves out the dispatch companion (below). |
 ///
 /// Durations are [humantime](https://docs.rs/humantime) strings (`"90s"`, `"30m"`,
