@@ -46,4 +46,19 @@ for bad in "$scratch/unknown.json" "$scratch/truncated.json" "$scratch/missing.j
   ! grep -q panicked "$scratch/err" || fail "$bad: panicked"
   echo "malformed $(basename "$bad"): $(head -n 1 "$scratch/err")"
 done
+# Persistence (issue 3 item 10): the same transcripts twice through one SQLite file; the
+# second run replays everything. A locator whose feature is off names the feature.
+set +e
+"$replay" --store "sqlite:$scratch/off.sqlite3" "${transcripts[0]}" >"$scratch/out" 2>"$scratch/err"
+code=$?
+set -e
+[ "$code" = 1 ] && grep -q 'needs the `sqlite` cargo feature' "$scratch/err" || fail "--store sqlite without the feature: exit $code, $(cat "$scratch/err")"
+cargo build --release --features sqlite --example replay
+db="$scratch/persist.sqlite3"
+first=$("$replay" --store "sqlite:$db" "${transcripts[@]}" | tail -n 1)
+second=$("$replay" --store "sqlite:$db" "${transcripts[@]}" | tail -n 1)
+echo "persistence, first run:  $first"
+echo "persistence, second run: $second"
+[ "$(field executions "$first")" = 17 ] || fail "persistence first run: $first"
+[ "$(field executions "$second")" = 0 ] && [ "$(field replays "$second")" = 19 ] && [ "$(field errors "$second")" = 0 ] || fail "persistence second run: $second"
 echo "check-replay: all counts as expected"

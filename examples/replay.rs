@@ -2,7 +2,7 @@
 //! show that retries repeat no side effect.
 //!
 //! ```text
-//! cargo run --release --example replay -- [--lose-first-response] [--scope conversation|call] FILE...
+//! cargo run --release --example replay -- [--lose-first-response] [--scope conversation|call] [--store LOCATOR] FILE...
 //! ```
 //!
 //! Each FILE is one recorded conversation in any shape idem reads (contract D1): an OpenAI
@@ -16,11 +16,17 @@
 //! lands (a transport timeout) and the dispatcher retries: executions stay the same,
 //! attempts grow. `--scope call` keys the demo tool on the provider's tool-call id
 //! instead of the conversation (file), so identical calls are distinct intents.
+//! `--store LOCATOR` keeps the records in that store (`memory`, `sqlite:FILE`,
+//! `redis://…`, `postgres://…`, with the matching cargo feature of idem); without it the
+//! store is the one `IDEM_STORE` names, else memory. The conversation id of a file is its
+//! path as given, so running twice on the same file with the same persistent store replays
+//! every call the second time (`"executions":0`).
 //!
 //! Output: one line per call (file, turn, call id, tool, key prefix, attempts,
 //! executed | replayed | error: reason), then as the last line one JSON object:
-//! `{"files":F,"turns":T,"calls":C,"executions":E,"replays":R,"attempts":A,"errors":X}`,
-//! where E counts the real executions in the effect log. A file that cannot be read or
+//! `{"files":F,"turns":T,"calls":C,"executions":E,"replays":R,"attempts":A,"errors":X,"round_trips":N}`,
+//! where E counts the real executions in the effect log and N the requests the store made
+//! to its backend during the run (`null` for a store that does not count them). A file that cannot be read or
 //! parsed gets a message naming it and what was expected, and the exit code is 1.
 
 use std::collections::BTreeSet;
@@ -34,8 +40,9 @@ use serde_json::Value;
 use idem::dispatch::{
     parse_turns_str, CallReport, Conversation, Dispatcher, RetryPolicy, Tool, Turn,
 };
+use idem::store::StoreConfigError;
 use idem::testkit::{EffectLog, FailOn, LosingTransport};
-use idem::{idempotent, CallContext, CallStatus, ToolError};
+use idem::{default_engine, idempotent, CallContext, CallStatus, Engine, ToolError};
 
 /// Every real execution of the demo tool, with the key it carried (T3).
 static EFFECTS: LazyLock<EffectLog> = LazyLock::new(EffectLog::new);
@@ -88,15 +95,18 @@ enum ScopeChoice {
 struct Options {
     lose_first_response: bool,
     scope: ScopeChoice,
+    store: Option<String>,
     files: Vec<PathBuf>,
 }
 
-const USAGE: &str = "usage: replay [--lose-first-response] [--scope conversation|call] FILE...";
+const USAGE: &str =
+    "usage: replay [--lose-first-response] [--scope conversation|call] [--store LOCATOR] FILE...";
 
 fn parse_options(args: impl Iterator<Item = String>) -> Result<Options, String> {
     let mut options = Options {
         lose_first_response: false,
         scope: ScopeChoice::Conversation,
+        store: None,
         files: Vec::new(),
     };
     let mut args = args.peekable();
@@ -117,6 +127,13 @@ fn parse_options(args: impl Iterator<Item = String>) -> Result<Options, String> 
                     }
                 }
             }
+            "--store" => match args.next() {
+                Some(locator) if !locator.starts_with("--") => options.store = Some(locator),
+                _ => return Err(
+                    "--store needs a value: `memory`, `sqlite:FILE`, `redis://…` or `postgres://…`"
+                        .to_owned(),
+                ),
+            },
             "-h" | "--help" => return Err(String::new()),
             flag if flag.starts_with("--") => return Err(format!("unknown option `{flag}`")),
             file => options.files.push(PathBuf::from(file)),
@@ -201,7 +218,25 @@ async fn run(options: Options) -> (Summary, bool) {
                 .flat_map(|t| t.calls.iter().map(|c| c.name.clone()))
         })
         .collect();
-    let mut builder = Dispatcher::builder().retry(RetryPolicy::new());
+    let engine = match &options.store {
+        Some(locator) => Engine::from_locator(locator).map_err(|e| match e {
+            StoreConfigError::FeatureDisabled { feature, .. } => format!(
+                "{e}\n(for this example: cargo run --release --features {feature} --example replay -- …)"
+            ),
+            e => e.to_string(),
+        }),
+        None => default_engine().map_err(|e| e.to_string()),
+    };
+    let engine = match engine {
+        Ok(engine) => engine,
+        Err(message) => {
+            eprintln!("replay: {message}");
+            return (summary, false);
+        }
+    };
+    let mut builder = Dispatcher::builder()
+        .retry(RetryPolicy::new())
+        .engine(engine.clone());
     for name in &names {
         builder = builder.tool(demo_tool(name, options.scope));
     }
