@@ -119,11 +119,24 @@
 //!
 //! # Where outcomes are kept
 //!
-//! Calls use the [`Engine`] (a [`Store`] and a [`Clock`]) of the [`CallContext`] in force,
-//! else the process-wide [`default_engine`]: an in-memory [`MemoryStore`] unless you set
-//! another with [`set_default_engine`]. Tests use [`testkit::ManualClock`] to move time
-//! instead of sleeping, and [`testkit::EffectLog`] to count real effects and the keys they
-//! carried.
+//! A call's [`Engine`] (a [`Store`] and a [`Clock`]) is, most specific first: the tool's own
+//! `store = "…"`; the engine of the [`CallContext`] in force; the process-wide
+//! [`default_engine`] — the one given to [`set_default_engine`], else the store the
+//! `IDEM_STORE` environment variable names (read once), else an in-memory [`MemoryStore`].
+//! Stores are named by [locators](store::locator): `memory`, `sqlite:PATH`, `redis://…`,
+//! `postgres://…`, each backend behind the cargo feature of its name; a locator whose
+//! feature is off is an error naming the feature. [`Engine::builder`] does the same in
+//! code:
+//!
+//! ```
+//! let engine = idem::Engine::builder().store_locator("memory").build()?;
+//! // or: let engine = idem::Engine::from_env()?;   // IDEM_STORE, memory if unset
+//! assert_eq!(engine.store().backend(), "memory");
+//! # Ok::<(), idem::store::StoreConfigError>(())
+//! ```
+//!
+//! Tests use [`testkit::ManualClock`] to move time instead of sleeping, and
+//! [`testkit::EffectLog`] to count real effects and the keys they carried.
 #![forbid(unsafe_code)]
 
 pub use idem_macros::idempotent;
