@@ -28,6 +28,8 @@ struct PgServer {
     dir: tempfile::TempDir,
     port: u16,
     running: bool,
+    /// The processes stopped by [`PrivateServer::freeze`].
+    frozen: Vec<u32>,
 }
 
 impl PgServer {
@@ -43,6 +45,7 @@ impl PgServer {
             dir,
             port: 0,
             running: false,
+            frozen: Vec::new(),
         };
         if as_root() {
             server.check(
@@ -153,10 +156,68 @@ impl PrivateServer for PgServer {
         );
         self.running = true;
     }
+
+    /// Stops the postmaster first (so it starts no new backend), then every child.
+    fn freeze(&mut self) {
+        assert!(self.frozen.is_empty(), "already frozen");
+        let postmaster = self.postmaster_pid();
+        signal("STOP", postmaster);
+        self.frozen.push(postmaster);
+        for child in children_of(postmaster) {
+            signal("STOP", child);
+            self.frozen.push(child);
+        }
+    }
+
+    fn thaw(&mut self) {
+        for pid in self.frozen.drain(..).rev() {
+            signal("CONT", pid);
+        }
+    }
+}
+
+impl PgServer {
+    /// The first line of `postmaster.pid`.
+    fn postmaster_pid(&self) -> u32 {
+        let text = std::fs::read_to_string(self.data().join("postmaster.pid"))
+            .expect("read postmaster.pid");
+        text.lines()
+            .next()
+            .and_then(|line| line.trim().parse().ok())
+            .expect("a pid on the first line of postmaster.pid")
+    }
+}
+
+/// Sends `signal` (`STOP`, `CONT`) to `pid`; a process that is gone already is fine.
+fn signal(signal: &str, pid: u32) {
+    let _ = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// The processes whose parent is `parent` (from `/proc/<pid>/stat`).
+fn children_of(parent: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            // pid (comm) state ppid …; comm may hold spaces and parentheses.
+            let after_comm = &stat[stat.rfind(')')? + 1..];
+            let ppid: u32 = after_comm.split_whitespace().nth(1)?.parse().ok()?;
+            (ppid == parent).then_some(pid)
+        })
+        .collect()
 }
 
 impl Drop for PgServer {
     fn drop(&mut self) {
+        self.thaw(); // a stopped postmaster would not act on pg_ctl stop
         if self.running {
             let out = self.pg_ctl_stop();
             if !out.status.success() {
@@ -238,5 +299,15 @@ async fn postgres_crash_mid_run_fails_closed_and_loses_nothing() {
     let mut server = PgServer::start();
     let store = PostgresStore::with_schema(&server.url(), "idem_outage").expect("a valid URL");
     let figures = outage::crash_and_restart(&mut server, Arc::new(store)).await;
+    figures.print("postgres");
+}
+
+// pins S10 (a server that stops answering without closing its connections: typed
+// Unavailable errors within the store's timeouts, never a hang, no body runs), S3, S6
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_frozen_server_fails_within_the_timeouts() {
+    let mut server = PgServer::start();
+    let store = PostgresStore::with_schema(&server.url(), "idem_frozen").expect("a valid URL");
+    let figures = outage::freeze_and_thaw(&mut server, Arc::new(store)).await;
     figures.print("postgres");
 }

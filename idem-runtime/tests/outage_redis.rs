@@ -118,9 +118,30 @@ impl PrivateServer for RedisServer {
             std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default()
         );
     }
+
+    fn freeze(&mut self) {
+        self.signal("STOP");
+    }
+
+    fn thaw(&mut self) {
+        self.signal("CONT");
+    }
+}
+
+impl RedisServer {
+    fn signal(&self, signal: &str) {
+        let child = self.child.as_ref().expect("the server is running");
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(child.id().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} redis-server: {status}");
+    }
 }
 
 impl Drop for RedisServer {
+    /// SIGKILL also ends a frozen (stopped) server.
     fn drop(&mut self) {
         self.crash();
         // `dir` is deleted when the field drops, after the server is gone.
@@ -160,5 +181,18 @@ async fn redis_crash_mid_run_fails_closed_and_loses_nothing() {
         .expect("connect to the private server")
         .with_prefix("idem-outage:");
     let figures = outage::crash_and_restart(&mut server, Arc::new(store)).await;
+    figures.print("redis");
+}
+
+// pins S10 (a server that stops answering without closing its connections: typed
+// Unavailable errors within the client's timeouts, never a hang, no body runs), S3, S6
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_frozen_server_fails_within_the_timeouts() {
+    let mut server = RedisServer::start();
+    let store = RedisStore::connect(&server.url())
+        .await
+        .expect("connect to the private server")
+        .with_prefix("idem-frozen:");
+    let figures = outage::freeze_and_thaw(&mut server, Arc::new(store)).await;
     figures.print("redis");
 }

@@ -33,6 +33,11 @@ pub trait PrivateServer: Send {
     /// Starts the server again on the same port with the same data, and returns once it
     /// accepts connections.
     fn restart(&mut self);
+    /// Stops every process of the server (SIGSTOP) without closing a connection: a server
+    /// that hangs, or a network that drops every packet, as the client sees it.
+    fn freeze(&mut self);
+    /// Lets a frozen server run again (SIGCONT).
+    fn thaw(&mut self);
 }
 
 /// What the scenario measured, for the test's report.
@@ -356,5 +361,147 @@ pub async fn crash_and_restart(server: &mut dyn PrivateServer, store: Arc<dyn St
         in_flight_completion,
         time_to_recover,
         errors_after_restart,
+    }
+}
+
+/// What the frozen-server scenario measured.
+#[derive(Debug)]
+pub struct FrozenFigures {
+    /// How long each caller waited for its store error, first round (fresh connections).
+    pub first_round: Vec<Duration>,
+    /// The same, second round (after the first round's timeouts).
+    pub second_round: Vec<Duration>,
+    /// From the thaw to the first call that succeeded.
+    pub time_to_recover: Duration,
+    /// Calls that failed after the thaw.
+    pub errors_after_thaw: usize,
+}
+
+impl FrozenFigures {
+    pub fn print(&self, backend: &str) {
+        let show = |d: &[Duration]| {
+            d.iter()
+                .map(|d| format!("{:.0}", ms(*d)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        eprintln!(
+            "frozen[{backend}]: store errors after [{}] ms, then after [{}] ms; \
+             service resumed {:.1} ms after the thaw, with {} failed call(s) in between",
+            show(&self.first_round),
+            show(&self.second_round),
+            ms(self.time_to_recover),
+            self.errors_after_thaw,
+        );
+    }
+}
+
+/// Orders tried while the server is frozen.
+const FROZEN: [u64; 2] = [300, 301];
+
+/// A server that stops answering without closing its connections (S10): every caller gets
+/// a typed `Unavailable` error within the store's timeouts instead of hanging, no body
+/// runs; after the thaw service resumes, completed keys replay (S3), and a key tried
+/// during the freeze runs exactly once in the end: its claim may have reached the server
+/// and been applied after the caller gave up, and then it is in progress until its lease
+/// lapses (S6, S10), never run twice.
+pub async fn freeze_and_thaw(
+    server: &mut dyn PrivateServer,
+    store: Arc<dyn Store>,
+) -> FrozenFigures {
+    let h = Arc::new(Harness::on(TestStore { store, keep: None }));
+    let spec = outage_spec();
+    let ctx = h.ctx("conv_frozen");
+    for order in 1..=4 {
+        assert_eq!(refund(spec, &ctx, &h.log, order).await, Ok(order * 100));
+    }
+    assert_eq!(h.log.len(), 4);
+
+    blocking(|| server.freeze());
+    let mut rounds = Vec::new();
+    for _ in 0..2 {
+        let round = futures_util::future::join_all([1, 2].into_iter().chain(FROZEN).map(|order| {
+            let (h, ctx) = (h.clone(), ctx.clone());
+            async move {
+                let (out, took) = timed(
+                    "a call to a frozen server",
+                    refund(spec, &ctx, &h.log, order),
+                )
+                .await;
+                assert_unavailable(&format!("order {order} on a frozen server"), &out);
+                took
+            }
+        }))
+        .await;
+        rounds.push(round);
+    }
+    assert_eq!(h.log.len(), 4, "no body ran while the server was frozen");
+
+    blocking(|| server.thaw());
+    let back = Instant::now();
+    let mut errors_after_thaw = 0;
+    let mut probe = PROBE;
+    let time_to_recover = loop {
+        let (out, _) = timed("a call after the thaw", refund(spec, &ctx, &h.log, probe)).await;
+        match out {
+            Ok(value) => {
+                assert_eq!(value, probe * 100);
+                break back.elapsed();
+            }
+            Err(error) => {
+                assert_unavailable("a call after the thaw", &Err::<(), _>(error));
+                errors_after_thaw += 1;
+                assert!(
+                    back.elapsed() < RECOVERY_BOUND,
+                    "service did not resume within {RECOVERY_BOUND:?} of the thaw"
+                );
+                probe += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    assert_eq!(h.log.len(), 5);
+    for order in 1..=4 {
+        assert_eq!(refund(spec, &ctx, &h.log, order).await, Ok(order * 100));
+        assert_eq!(
+            ctx.last_outcome().unwrap().status,
+            CallStatus::Replayed,
+            "order {order}"
+        );
+    }
+    // A key tried during the freeze: absent (runs now) or claimed late by a caller that
+    // gave up (in progress until its lease lapses, then one takeover).
+    for order in FROZEN {
+        match refund(spec, &ctx, &h.log, order).await {
+            Ok(value) => assert_eq!(value, order * 100),
+            Err(ToolError::Idem(Error::InProgress { .. })) => {}
+            Err(other) => panic!("order {order} after the thaw: {other:?}"),
+        }
+    }
+    h.clock.advance(Duration::from_millis(LEASE_MS));
+    for order in FROZEN {
+        assert_eq!(
+            refund(spec, &ctx, &h.log, order).await,
+            Ok(order * 100),
+            "order {order}"
+        );
+        assert_eq!(
+            h.log.count_for(&support::key_of(spec, &ctx, order)),
+            1,
+            "order {order} ran once"
+        );
+    }
+    for order in 1..=4 {
+        assert_eq!(
+            h.log.count_for(&support::key_of(spec, &ctx, order)),
+            1,
+            "order {order}"
+        );
+    }
+    FrozenFigures {
+        first_round: rounds[0].clone(),
+        second_round: rounds[1].clone(),
+        time_to_recover,
+        errors_after_thaw,
     }
 }
