@@ -332,10 +332,11 @@ impl RedisStore {
             for arg in &args {
                 invocation.arg(arg);
             }
-            invocation
-                .invoke_async::<Value>(&mut conn)
-                .await
-                .map_err(|e| redis_error(&url, what, e))
+            let mut reply = invocation.invoke_async::<Value>(&mut conn).await;
+            if matches!(&reply, Err(e) if never_sent(e)) {
+                reply = invocation.invoke_async::<Value>(&mut conn).await;
+            }
+            reply.map_err(|e| redis_error(&url, what, e))
         }
     }
 
@@ -475,6 +476,15 @@ fn redact(url: &str) -> String {
         }
         None => url.to_owned(),
     }
+}
+
+/// Whether `e` says the connection could not be made, so the command was never sent and
+/// sending it again is safe. The connection manager answers the first command after an
+/// outage with the failure of its last reconnect attempt (made while the server was down)
+/// and starts a new attempt; the store then sends the command once more, which waits for
+/// that attempt: service resumes with the first call after the server is back.
+fn never_sent(e: &redis::RedisError) -> bool {
+    e.is_connection_refusal()
 }
 
 fn redis_error(url: &str, what: &str, e: redis::RedisError) -> StoreError {
@@ -642,10 +652,11 @@ impl Store for RedisStore {
         let key = key.clone();
         self.run(
             async move {
-                let reply: Value = cmd
-                    .query_async(&mut conn)
-                    .await
-                    .map_err(|e| redis_error(&store.url, "read", e))?;
+                let mut reply = cmd.query_async::<Value>(&mut conn).await;
+                if matches!(&reply, Err(e) if never_sent(e)) {
+                    reply = cmd.query_async::<Value>(&mut conn).await;
+                }
+                let reply = reply.map_err(|e| redis_error(&store.url, "read", e))?;
                 Ok(store
                     .decode(&key, reply)?
                     .filter(|record| record.expires_at > now))
