@@ -48,6 +48,20 @@
 //! server sees a script (after a restart or `SCRIPT FLUSH`) it answers `NOSCRIPT` and the
 //! client loads the script and retries: three round trips, once per script.
 //!
+//! # Outages (S10)
+//!
+//! Connecting and each command time out after 5 s, so a server that stops answering fails
+//! a call with [`StoreErrorKind::Unavailable`] within 5 s. While the server is down, a
+//! command fails as soon as the [`ConnectionManager`]'s reconnect attempts (two retries with
+//! backoff, about 0.5 s) have failed; a command refused that way was never sent, and the
+//! store sends it once more, which waits for the reconnect attempt the refusal started (so a
+//! call during an outage fails after about 1 s, and the first call after the server is back
+//! succeeds). A command that timed out may still be executed by the server later: a claim
+//! may then be acquired by nobody, and the key stays in progress until its lease lapses
+//! (S6), with no body run before then. What survives a crash of the server is what Redis
+//! persisted: run it with `appendonly yes` and `appendfsync always`, so that every reply
+//! the store saw is on disk.
+//!
 //! # Runtime and cancellation
 //!
 //! Every operation needs a tokio runtime context (the connection is driven by tokio). An

@@ -1,6 +1,7 @@
-//! The outage scenario shared by the Redis and PostgreSQL outage tests: a private server
-//! (never the shared one) is crashed in the middle of a run and started again, and the
-//! scenario checks what the contract promises around that (S2, S3, S6, S10).
+//! The outage scenarios shared by the Redis and PostgreSQL outage tests: a private server
+//! (never the shared one) is crashed in the middle of a run and started again
+//! ([`crash_and_restart`]), or frozen and thawed ([`freeze_and_thaw`]), and the scenarios
+//! check what the contract promises around that (S2, S3, S6, S10).
 //!
 //! Timings (how long a caller waits for its store error during the outage, how long service
 //! takes to resume) are measured and printed, never asserted; a generous bound
@@ -17,8 +18,8 @@ use idem_runtime::{
 
 use crate::support::{self, refund, Harness, TestStore};
 
-/// Longer than any store timeout (5 s) plus the client's reconnect backoff: a call that has
-/// not answered by then hangs, which fails the test.
+/// Longer than any store timeout (Redis 5 s, PostgreSQL 10 s) plus the Redis client's
+/// reconnect backoff: a call that has not answered by then hangs, which fails the test.
 pub const HANG_BOUND: Duration = Duration::from_secs(20);
 
 /// How long the scenario waits for service to resume after the server accepts connections
@@ -33,8 +34,8 @@ pub trait PrivateServer: Send {
     /// Starts the server again on the same port with the same data, and returns once it
     /// accepts connections.
     fn restart(&mut self);
-    /// Stops every process of the server (SIGSTOP) without closing a connection: a server
-    /// that hangs, or a network that drops every packet, as the client sees it.
+    /// Stops every process of the server (SIGSTOP) without closing a connection: to the
+    /// client, a server that hangs (connections stay open, nothing is answered).
     fn freeze(&mut self);
     /// Lets a frozen server run again (SIGCONT).
     fn thaw(&mut self);
@@ -271,7 +272,10 @@ pub async fn crash_and_restart(server: &mut dyn PrivateServer, store: Arc<dyn St
     // Once the server accepts connections the stores serve the very next call: the
     // PostgreSQL pool drops connections the server closed, the Redis store resends a
     // command the connection manager refused with its last failed reconnect attempt.
-    assert_eq!(errors_after_restart, 0, "calls failed after the server was back");
+    assert_eq!(
+        errors_after_restart, 0,
+        "calls failed after the server was back"
+    );
     assert_eq!(h.log.len(), executed_before_outage + 1);
 
     // 5. Nothing recorded was lost (S3): completed keys replay without running.
