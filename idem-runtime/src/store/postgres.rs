@@ -60,6 +60,19 @@
 //! Each statement is prepared once per pooled connection and then costs one round trip:
 //! a first execution costs two (claim, complete), a replay one (claim).
 //!
+//! # Outages and timeouts (S10)
+//!
+//! Connecting and waiting for a pooled connection time out after 5 s each, and every
+//! operation (claim, take over, complete, release, read) fails with
+//! [`StoreErrorKind::Unavailable`] after [`OPERATION_TIMEOUT`] (10 s) at most, also when the
+//! server stops answering without closing its connections; then the idle pooled
+//! connections are closed so that the next operation connects afresh. A server that is down
+//! (connection refused or closed) fails an operation at once. Connections the server closed
+//! are dropped from the pool when next taken (`RecyclingMethod::Fast` checks
+//! `is_closed`), so service resumes with the first operation after the server is back.
+//! A claim whose answer never came may still have been applied: the key is then in
+//! progress, owned by nobody, until its lease lapses (S6), and no body runs before then.
+//!
 //! # Runtime
 //!
 //! Every operation runs as a task on the tokio runtime of the caller (it never blocks a
@@ -78,6 +91,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use futures_util::future::{select, Either};
 use tokio::sync::OnceCell;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row};
@@ -102,6 +116,11 @@ const POOL_SIZE: usize = 16;
 
 /// How long connecting, or waiting for a free pooled connection, may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long one operation (claim, take over, complete, release, read: waiting for a
+/// pooled connection, connecting, and its statements) may take before it fails with
+/// [`StoreErrorKind::Unavailable`]: 10 s.
+pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How many claims of one store between two garbage collections.
 const COLLECT_EVERY: u64 = 1024;
@@ -354,14 +373,15 @@ impl PostgresStore {
     }
 
     /// Deletes every record that is expired at `now` (ms since the Unix epoch; S8: live
-    /// records are never deleted) and returns how many.
+    /// records are never deleted) and returns how many. Not bounded by
+    /// [`OPERATION_TIMEOUT`]: a large backlog may take longer.
     ///
     /// # Errors
     /// [`StoreErrorKind::Unavailable`] when the server cannot be reached or the statement
     /// fails; [`StoreErrorKind::Unsupported`] outside a tokio runtime or when the schema
     /// has another version.
     pub async fn collect_garbage(&self, now: Timestamp) -> Result<u64, StoreError> {
-        self.run(
+        self.spawn(
             move |inner| async move {
                 let client = inner.client().await?;
                 let stmt = inner.prepare(&client, &inner.sql.collect_all).await?;
@@ -371,17 +391,34 @@ impl PostgresStore {
                     .map_err(|e| inner.db_error("collect garbage", e))
             },
             None,
+            None,
         )
         .await
     }
 
-    /// Runs `op` as a task on the caller's tokio runtime; fails with
-    /// [`StoreErrorKind::Unsupported`] outside one.
+    /// Runs `op` as a task on the caller's tokio runtime, failing it with
+    /// [`StoreErrorKind::Unavailable`] after [`OPERATION_TIMEOUT`]; fails with
+    /// [`StoreErrorKind::Unsupported`] outside a runtime.
     ///
     /// `undo` is for operations that may acquire a claim (claim, take over): if the caller
     /// drops the future before `op` finished, and `op` then reports (by `undo.acquired`)
     /// that it acquired the claim, the claim is released at once (S7).
     fn run<T, F, Fut>(&self, op: F, undo: Option<Undo<T>>) -> StoreFuture<'static, T>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<Inner>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, StoreError>> + Send + 'static,
+    {
+        self.spawn(op, undo, Some(OPERATION_TIMEOUT))
+    }
+
+    /// As [`run`](Self::run), with the time bound `limit` (none: unbounded).
+    fn spawn<T, F, Fut>(
+        &self,
+        op: F,
+        undo: Option<Undo<T>>,
+        limit: Option<Duration>,
+    ) -> StoreFuture<'static, T>
     where
         T: Send + 'static,
         F: FnOnce(Arc<Inner>) -> Fut,
@@ -398,7 +435,11 @@ impl PostgresStore {
                 ),
             ))));
         };
-        let task = runtime.spawn(op(Arc::clone(&self.inner)));
+        let op = op(Arc::clone(&self.inner));
+        let task = match limit {
+            None => runtime.spawn(op),
+            Some(limit) => runtime.spawn(bounded(Arc::clone(&self.inner), op, limit)),
+        };
         in_flight::awaited(
             task,
             runtime,
@@ -407,6 +448,41 @@ impl PostgresStore {
             BACKEND,
             "a PostgreSQL call",
         )
+    }
+}
+
+/// `op`, or an [`StoreErrorKind::Unavailable`] error once `limit` has passed without an
+/// answer: a server that hangs, or a network that drops packets, never hangs the caller.
+///
+/// The timer is [`futures_timer`]'s, so that a runtime built without tokio's time driver
+/// does not panic here. On timeout, `op` is dropped (its connection goes back to the pool,
+/// its statement may still reach the server: a claim may then be acquired by nobody and
+/// lapse with its lease, S6, S10), and every idle pooled connection is closed, so that the
+/// next operation connects afresh instead of queueing behind a connection that does not
+/// answer.
+async fn bounded<T>(
+    inner: Arc<Inner>,
+    op: impl std::future::Future<Output = Result<T, StoreError>>,
+    limit: Duration,
+) -> Result<T, StoreError> {
+    match select(Box::pin(op), futures_timer::Delay::new(limit)).await {
+        Either::Left((result, _)) => result,
+        Either::Right(((), op)) => {
+            // Dropping `op` first returns its connection to the pool, to be closed below.
+            drop(op);
+            let closed = inner.pool.retain(|_, _| false).removed.len();
+            tracing::warn!(url = %inner.url, closed, "no answer from the PostgreSQL server; closed the idle pooled connections");
+            Err(StoreError::new(
+                BACKEND,
+                StoreErrorKind::Unavailable,
+                format!(
+                    "no answer from {} (schema {}) within {} ms",
+                    inner.url,
+                    inner.schema,
+                    limit.as_millis()
+                ),
+            ))
+        }
     }
 }
 

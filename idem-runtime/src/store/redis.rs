@@ -48,6 +48,20 @@
 //! server sees a script (after a restart or `SCRIPT FLUSH`) it answers `NOSCRIPT` and the
 //! client loads the script and retries: three round trips, once per script.
 //!
+//! # Outages (S10)
+//!
+//! Connecting and each command time out after 5 s, so a server that stops answering fails
+//! a call with [`StoreErrorKind::Unavailable`] within 5 s. While the server is down, a
+//! command fails as soon as the [`ConnectionManager`]'s reconnect attempts (two retries with
+//! backoff, about 0.5 s) have failed; a command refused that way was never sent, and the
+//! store sends it once more, which waits for the reconnect attempt the refusal started (so a
+//! call during an outage fails after about 1 s, and the first call after the server is back
+//! succeeds). A command that timed out may still be executed by the server later: a claim
+//! may then be acquired by nobody, and the key stays in progress until its lease lapses
+//! (S6), with no body run before then. What survives a crash of the server is what Redis
+//! persisted: run it with `appendonly yes` and `appendfsync always`, so that every reply
+//! the store saw is on disk.
+//!
 //! # Runtime and cancellation
 //!
 //! Every operation needs a tokio runtime context (the connection is driven by tokio). An
@@ -332,10 +346,11 @@ impl RedisStore {
             for arg in &args {
                 invocation.arg(arg);
             }
-            invocation
-                .invoke_async::<Value>(&mut conn)
-                .await
-                .map_err(|e| redis_error(&url, what, e))
+            let mut reply = invocation.invoke_async::<Value>(&mut conn).await;
+            if matches!(&reply, Err(e) if never_sent(e)) {
+                reply = invocation.invoke_async::<Value>(&mut conn).await;
+            }
+            reply.map_err(|e| redis_error(&url, what, e))
         }
     }
 
@@ -475,6 +490,15 @@ fn redact(url: &str) -> String {
         }
         None => url.to_owned(),
     }
+}
+
+/// Whether `e` says the connection could not be made, so the command was never sent and
+/// sending it again is safe. The connection manager answers the first command after an
+/// outage with the failure of its last reconnect attempt (made while the server was down)
+/// and starts a new attempt; the store then sends the command once more, which waits for
+/// that attempt: service resumes with the first call after the server is back.
+fn never_sent(e: &redis::RedisError) -> bool {
+    e.is_connection_refusal()
 }
 
 fn redis_error(url: &str, what: &str, e: redis::RedisError) -> StoreError {
@@ -642,10 +666,11 @@ impl Store for RedisStore {
         let key = key.clone();
         self.run(
             async move {
-                let reply: Value = cmd
-                    .query_async(&mut conn)
-                    .await
-                    .map_err(|e| redis_error(&store.url, "read", e))?;
+                let mut reply = cmd.query_async::<Value>(&mut conn).await;
+                if matches!(&reply, Err(e) if never_sent(e)) {
+                    reply = cmd.query_async::<Value>(&mut conn).await;
+                }
+                let reply = reply.map_err(|e| redis_error(&store.url, "read", e))?;
                 Ok(store
                     .decode(&key, reply)?
                     .filter(|record| record.expires_at > now))
