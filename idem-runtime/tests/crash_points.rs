@@ -32,7 +32,7 @@ use std::collections::BTreeSet;
 
 use idem_runtime::store::{OwnerToken, RecordState};
 use idem_runtime::{CallStatus, Error, ToolError};
-use processes::{effects, read_record, CrashPoint, EffectLine, Fresh, Spans};
+use processes::{effects, read_record, Barrier, CrashPoint, EffectLine, Fresh, Spans};
 
 /// The crash's instant (2027-01-15T08:00:00Z).
 const T0: u64 = 1_800_000_000_000;
@@ -172,7 +172,7 @@ fn crash_before_the_record(fresh: Fresh, point: CrashPoint) {
                 spans(10_000),
                 vec![vec![ORDER]; TASKS_PER_RACER],
             );
-            job.barrier = true;
+            job.barrier = Barrier::BeforeCalls;
             job.body_ms = 50;
             job
         })

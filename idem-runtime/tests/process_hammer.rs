@@ -10,7 +10,11 @@
 //! Each process runs on a manual clock frozen at the same instant, so no lease ever lapses:
 //! any second execution would be a broken claim, never a takeover.
 //!
-//! One test per backend, each behind its feature: SQLite (one file), Redis, PostgreSQL
+//! A second test per backend starts 8 single-task processes that open the store only once
+//! the barrier opens: they create the SQLite file (WAL mode, schema) or the PostgreSQL
+//! schema on first use at the same moment, and connect to Redis together, then call.
+//!
+//! Two tests per backend, each behind its feature: SQLite (one file), Redis, PostgreSQL
 //! (`IDEM_TEST_REDIS_URL`, `IDEM_TEST_POSTGRES_URL`).
 
 #![cfg(any(feature = "sqlite", feature = "redis", feature = "postgres"))]
@@ -21,10 +25,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use idem_runtime::store::RecordState;
 use idem_runtime::CallStatus;
-use processes::{Fresh, Job, Spans};
+use processes::{Barrier, Fresh, Job, Spans};
 
-const PROCESSES: usize = 4;
-const TASKS: usize = 4;
 const KEYS: u64 = 32;
 /// The instant every clock shows (2027-01-15T08:00:00Z).
 const T0: u64 = 1_800_000_000_000;
@@ -49,14 +51,15 @@ fn orders_of(global_task: usize) -> Vec<u64> {
     (0..KEYS).map(|i| (i * a + 5 * g) % KEYS).collect()
 }
 
-fn hammer(fresh: Fresh) {
+/// `processes` child processes with `tasks` tasks each call every key; the verdict of S2/S3.
+fn hammer(fresh: Fresh, processes: usize, tasks: usize, barrier: Barrier) {
     let started = std::time::Instant::now();
-    let jobs: Vec<Job> = (0..PROCESSES)
+    let jobs: Vec<Job> = (0..processes)
         .map(|p| {
-            let tasks = (0..TASKS).map(|t| orders_of(p * TASKS + t)).collect();
-            let mut job = fresh.job(&format!("p{p}"), T0, SPANS, tasks);
+            let orders = (0..tasks).map(|t| orders_of(p * tasks + t)).collect();
+            let mut job = fresh.job(&format!("p{p}"), T0, SPANS, orders);
             job.body_ms = 10;
-            job.barrier = true;
+            job.barrier = barrier;
             job
         })
         .collect();
@@ -89,7 +92,7 @@ fn hammer(fresh: Fresh) {
         let lines = processes::results(dir, &job.name);
         assert_eq!(
             lines.len(),
-            TASKS * KEYS as usize,
+            tasks * KEYS as usize,
             "{}: every call",
             job.name
         );
@@ -112,7 +115,7 @@ fn hammer(fresh: Fresh) {
             outcomes.entry(line.order).or_default().insert(out);
         }
     }
-    assert_eq!(calls, PROCESSES * TASKS * KEYS as usize);
+    assert_eq!(calls, processes * tasks * KEYS as usize);
     for (order, effect) in &executor {
         assert_eq!(
             executed.get(order),
@@ -140,31 +143,52 @@ fn hammer(fresh: Fresh) {
         *per_process.entry(effect.child.as_str()).or_default() += 1;
     }
     eprintln!(
-        "{}: {PROCESSES} processes × {TASKS} tasks × {KEYS} keys: {calls} calls, {} executions \
-         (per process: {per_process:?}), {:?}",
+        "{} ({barrier:?}): {processes} processes × {tasks} tasks × {KEYS} keys: {calls} calls, \
+         {} executions (per process: {per_process:?}), {:?}",
         fresh.backend.name(),
         effects.len(),
         started.elapsed()
     );
 }
 
-// pins S2, S3, S5: 4 processes on one SQLite file (WAL, each its own connection)
+// pins S2, S3, S5: 4 processes × 4 tasks on one SQLite file (WAL, a connection each)
 #[cfg(feature = "sqlite")]
 #[test]
 fn sqlite_four_processes_run_each_key_once_and_share_its_outcome() {
-    hammer(Fresh::sqlite());
+    hammer(Fresh::sqlite(), 4, 4, Barrier::BeforeCalls);
 }
 
-// pins S2, S3, S5: 4 processes on one Redis server (each its own connection)
+// pins S2, S3: 8 processes create and open one new SQLite file at the same moment, then call
+#[cfg(feature = "sqlite")]
+#[test]
+fn sqlite_eight_processes_opening_a_new_file_together_run_each_key_once() {
+    hammer(Fresh::sqlite(), 8, 1, Barrier::BeforeOpen);
+}
+
+// pins S2, S3, S5: 4 processes × 4 tasks on one Redis server (a connection each)
 #[cfg(feature = "redis")]
 #[test]
 fn redis_four_processes_run_each_key_once_and_share_its_outcome() {
-    hammer(Fresh::redis());
+    hammer(Fresh::redis(), 4, 4, Barrier::BeforeCalls);
 }
 
-// pins S2, S3, S5: 4 processes on one PostgreSQL schema (each its own pool)
+// pins S2, S3: 8 processes connect to Redis at the same moment, then call
+#[cfg(feature = "redis")]
+#[test]
+fn redis_eight_processes_connecting_together_run_each_key_once() {
+    hammer(Fresh::redis(), 8, 1, Barrier::BeforeOpen);
+}
+
+// pins S2, S3, S5: 4 processes × 4 tasks on one PostgreSQL schema (a pool each)
 #[cfg(feature = "postgres")]
 #[test]
 fn postgres_four_processes_run_each_key_once_and_share_its_outcome() {
-    hammer(Fresh::postgres());
+    hammer(Fresh::postgres(), 4, 4, Barrier::BeforeCalls);
+}
+
+// pins S2, S3: 8 processes create one new PostgreSQL schema on first use at the same moment
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres_eight_processes_creating_a_new_schema_together_run_each_key_once() {
+    hammer(Fresh::postgres(), 8, 1, Barrier::BeforeOpen);
 }

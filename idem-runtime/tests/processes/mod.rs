@@ -152,8 +152,22 @@ pub struct Job {
     /// How long each body holds the claim after its effect (real time, to widen races).
     pub body_ms: u64,
     pub crash: Option<CrashPoint>,
-    /// Wait at the start barrier (after opening the store) until the parent opens it.
-    pub barrier: bool,
+    /// Where the child waits at the start barrier until the parent opens it.
+    pub barrier: Barrier,
+}
+
+/// Where a child waits for the start barrier ([`spawn_together`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Barrier {
+    /// No barrier: the child starts at once.
+    None,
+    /// After opening the store and a first read (connection, schema): the race is on the
+    /// calls.
+    BeforeCalls,
+    /// Before opening the store: the race includes opening it (a new SQLite file, a new
+    /// PostgreSQL schema) and its first use.
+    BeforeOpen,
 }
 
 /// One line of `effects.jsonl`: one real execution of a body.
@@ -322,7 +336,7 @@ fn child_output(dir: &Path, name: &str) -> String {
 /// Spawns one child per job, all waiting at the start barrier, and opens the barrier once
 /// every child has opened its store and is ready.
 pub fn spawn_together(child_test: &str, jobs: &[Job]) -> Vec<Running> {
-    assert!(jobs.iter().all(|j| j.barrier));
+    assert!(jobs.iter().all(|j| j.barrier != Barrier::None));
     let dir = &jobs[0].dir;
     let running: Vec<Running> = jobs.iter().map(|job| spawn(child_test, job)).collect();
     let deadline = Instant::now() + CHILD_DEADLINE;
@@ -400,7 +414,7 @@ impl Fresh {
             tasks,
             body_ms: 0,
             crash: None,
-            barrier: false,
+            barrier: Barrier::None,
         }
     }
 }
@@ -525,7 +539,21 @@ fn append_line(path: &Path, line: &str) {
     assert_eq!(written, bytes.len(), "one write per line");
 }
 
+/// Tells the parent this child is ready, then waits for the barrier to open.
+fn wait_at_the_barrier(job: &Job) {
+    File::create(job.dir.join(format!("ready-{}", job.name))).unwrap();
+    let go = job.dir.join("go");
+    let deadline = Instant::now() + CHILD_DEADLINE;
+    while !go.exists() {
+        assert!(Instant::now() < deadline, "the barrier never opened");
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
 async fn run_job(job: Job) -> Vec<ResultLine> {
+    if job.barrier == Barrier::BeforeOpen {
+        wait_at_the_barrier(&job);
+    }
     let claimed = Arc::new(AtomicBool::new(false));
     let store: Arc<dyn Store> = Arc::new(ChildStore {
         inner: job.backend.open().await,
@@ -535,20 +563,14 @@ async fn run_job(job: Job) -> Vec<ResultLine> {
     let clock = ManualClock::starting_at(Timestamp::from_millis(job.start_ms));
     let engine = Engine::from_shared(store.clone(), Arc::new(clock.clone()));
     let spec = job.spans.spec();
-    // Warm up (connect, schema) before the barrier so that the race is on the calls.
+    // Warm up (connect, schema) before calling: with `BeforeCalls` the race is on the calls.
     let warm_up = key_of(job.spans, u64::MAX);
     store
         .read(&warm_up, Timestamp::from_millis(job.start_ms))
         .await
         .expect("the store answers");
-    if job.barrier {
-        File::create(job.dir.join(format!("ready-{}", job.name))).unwrap();
-        let go = job.dir.join("go");
-        let deadline = Instant::now() + CHILD_DEADLINE;
-        while !go.exists() {
-            assert!(Instant::now() < deadline, "the barrier never opened");
-            std::thread::sleep(Duration::from_micros(200));
-        }
+    if job.barrier == Barrier::BeforeCalls {
+        wait_at_the_barrier(&job);
     }
     if let Some(target) = job.advance_to_ms {
         let clock = clock.clone();
