@@ -20,7 +20,8 @@
 //!   lapsed.
 //!
 //! For `after_record`: a restarted process at `T0 + lease − 1 ms`, at `T0 + lease` and at
-//! `T0 + ttl − 1 ms` replays the saved outcome (the crashed process's), with no new effect (S3).
+//! `T0 + ttl − 1 ms` replays the saved outcome (the crashed process's), with no new effect
+//! (S3); one at `T0 + ttl` finds it expired and runs the body again (S8).
 //!
 //! Each crash point on SQLite (a file), Redis and PostgreSQL, behind each feature.
 
@@ -213,10 +214,12 @@ fn crash_before_the_record(fresh: Fresh, point: CrashPoint) {
             let record = line.record.clone().expect("a call record");
             assert_eq!(record.key, key);
             assert!(record.recorded);
+            // The takeover's lifetime: claimed anew at the lease instant (S6, S8).
+            assert_eq!(record.created_at.as_millis(), T0 + LEASE_MS, "{record:?}");
+            assert_eq!(record.expires_at.as_millis(), T0 + LEASE_MS + TTL_MS);
             match record.status {
                 CallStatus::Executed => {
                     assert!(record.takeover, "the execution was a takeover: {record:?}");
-                    assert_eq!(record.created_at.as_millis(), T0 + LEASE_MS);
                     executed.push(job.name.clone());
                 }
                 CallStatus::Replayed => assert!(!record.takeover),
@@ -272,11 +275,24 @@ fn crash_after_the_record(fresh: Fresh) {
         assert_eq!(record.key, key);
         assert_eq!(record.created_at.as_millis(), T0);
     }
-    assert_eq!(effects(fresh.path()), vec![crashed], "no new execution");
+    assert_eq!(
+        effects(fresh.path()),
+        vec![crashed.clone()],
+        "no new execution"
+    );
+    // pins S8: and from the TTL instant on the record is expired: the key runs again.
+    let expired = probe(&fresh, "after-ttl", T0 + TTL_MS, None, 0);
+    let record = expired.record.expect("a call record");
+    assert_eq!(record.status, CallStatus::Executed);
+    assert!(!record.takeover);
+    let effects = effects(fresh.path());
+    assert_eq!(effects.len(), 2, "{effects:?}");
+    assert_eq!(effects[0], crashed);
+    assert_eq!(expired.result, Ok(effects[1].outcome.clone()));
     eprintln!(
         "{} AfterRecord: {} processes, {:?}",
         fresh.backend.name(),
-        1 + instants.len(),
+        2 + instants.len(),
         started.elapsed()
     );
 }
