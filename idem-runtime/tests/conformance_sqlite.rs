@@ -251,3 +251,43 @@ async fn corrupt_rows_are_typed_errors() {
     }
     assert_eq!(h.log.len(), 1, "the body never ran on a corrupt record");
 }
+
+// pins S10 (no spurious store error): opening a file while another connection holds a lock on
+// it waits for the lock, as every statement does (up to the busy timeout), instead of failing
+// at once with "database is locked": switching to WAL mode needs an exclusive lock, and SQLite
+// answers SQLITE_BUSY there without calling the busy handler (seen when several worker
+// processes open a new file at the same moment: tests/process_hammer.rs)
+#[test]
+fn opening_waits_for_a_lock_held_by_another_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("busy.sqlite3");
+    let holder = rusqlite::Connection::open(&path).unwrap();
+    holder
+        .execute_batch("BEGIN IMMEDIATE; CREATE TABLE other_app (x INTEGER);")
+        .unwrap();
+    let opener = {
+        let path = path.clone();
+        std::thread::spawn(move || SqliteStore::open(path))
+    };
+    // Real time, not a clock: give the opener the time to run into the held lock.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    holder.execute_batch("COMMIT").unwrap();
+    let store = opener
+        .join()
+        .unwrap()
+        .expect("open waits for the lock instead of failing");
+    drop((store, holder));
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    let version: i64 = conn
+        .query_row(
+            "SELECT value FROM idem_meta WHERE name = 'schema_version'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(version, SQLITE_SCHEMA_VERSION);
+}

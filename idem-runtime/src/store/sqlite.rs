@@ -236,6 +236,31 @@ struct Inner {
     claims: AtomicU64,
 }
 
+/// `PRAGMA journal_mode = WAL`, retried while the file is busy, for up to [`BUSY_TIMEOUT`].
+///
+/// Switching to WAL mode takes a shared lock and then needs an exclusive one; when another
+/// connection holds a write lock (another process creating the schema of a new file), SQLite
+/// answers `SQLITE_BUSY` at once instead of calling the busy handler (waiting could
+/// deadlock while this statement holds its shared lock). The failed statement drops its
+/// lock, so trying again once the writer is done succeeds: without this, processes that
+/// open a new file at the same moment fail now and then with "database is locked".
+fn switch_to_wal(conn: &Connection) -> rusqlite::Result<String> {
+    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0)) {
+            Err(e)
+                if e.sqlite_error_code() == Some(ErrorCode::DatabaseBusy)
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            answer => return answer,
+        }
+    }
+}
+
 impl SqliteStore {
     /// Opens (creating it if absent) the store in the file at `path`: WAL mode, a 5 s busy
     /// timeout, and the schema created on first use.
@@ -280,9 +305,7 @@ impl SqliteStore {
         };
         conn.busy_timeout(BUSY_TIMEOUT).map_err(setup)?;
         if wal {
-            let mode: String = conn
-                .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
-                .map_err(setup)?;
+            let mode = switch_to_wal(&conn).map_err(setup)?;
             if !mode.eq_ignore_ascii_case("wal") {
                 return Err(SqliteOpenError::Setup {
                     path,
