@@ -1,0 +1,771 @@
+//! Adversarial probes of the store backends and of store selection (issue 3), against the
+//! contract (docs/CONTRACT.md). Each test names the rules it pins. Tests that demonstrate a
+//! bug that is not fixed yet are `#[ignore = "BUG: …"]` so the suite stays green; run them
+//! with `--ignored` to see them fail.
+//!
+//! Backends are enabled by the cargo features of `idem-runtime` (`sqlite`, `redis`,
+//! `postgres`); Redis and PostgreSQL tests use `IDEM_TEST_REDIS_URL` /
+//! `IDEM_TEST_POSTGRES_URL` (defaults redis://127.0.0.1:6379 and
+//! postgres://postgres@127.0.0.1:5432/test), a fresh key prefix / schema per test, and clean
+//! up after themselves.
+//!
+//! ```text
+//! cargo test -p idem-runtime --features sqlite,redis,postgres --test adversarial_stores
+//! cargo test -p idem-runtime --features sqlite,redis,postgres --test adversarial_stores -- --ignored
+//! ```
+
+#![allow(dead_code)]
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use idem_runtime::envelope::Envelope;
+use idem_runtime::key::{Fingerprint, IdempotencyKey};
+use idem_runtime::store::{
+    Claim, ClaimRequest, Completion, OwnerToken, StoreLocator, TakeoverRequest,
+};
+use idem_runtime::{Store, Timestamp};
+
+const T0: u64 = 1_735_689_600_000;
+
+fn at(ms: u64) -> Timestamp {
+    Timestamp::from_millis(T0 + ms)
+}
+
+/// A key of 64 hex digits that no real call derives (`n` repeated).
+fn raw_key(n: u16) -> IdempotencyKey {
+    IdempotencyKey::from_hex(&format!("{n:04x}").repeat(16)).expect("64 hex digits")
+}
+
+fn fp(n: u8) -> Fingerprint {
+    Fingerprint::from_hex(&format!("{n:02x}").repeat(32)).expect("64 hex digits")
+}
+
+// ---------------------------------------------------------------------------------------
+// Store locators: passwords must never appear in errors, Display or Debug.
+// ---------------------------------------------------------------------------------------
+
+/// Every way we could find the text of a locator (and of the errors it produces).
+fn shown(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    match StoreLocator::parse(text) {
+        Ok(locator) => {
+            out.push(locator.to_string());
+            out.push(format!("{locator:?}"));
+            if let Err(e) = locator.open() {
+                out.push(e.to_string());
+                out.push(format!("{e:?}"));
+            }
+        }
+        Err(e) => {
+            out.push(e.to_string());
+            out.push(format!("{e:?}"));
+        }
+    }
+    out
+}
+
+fn assert_hidden(text: &str, secret: &str) {
+    for shown in shown(text) {
+        assert!(
+            !shown.contains(secret),
+            "the password {secret:?} of {text:?} leaks: {shown}"
+        );
+    }
+}
+
+// pins issue 3 (passwords never in errors or Display): the plain user:password@ form holds
+#[test]
+fn locator_hides_a_plain_password() {
+    assert_hidden("postgres://agent:hunter2@db:5432/agents", "hunter2");
+    assert_hidden("redis://agent:hunter2@cache:6379/0", "hunter2");
+    assert_hidden("redis://:hunter2@cache:6379/0?idem_prefix=x:", "hunter2");
+    assert_hidden(
+        "postgres://agent:hunter2@db/agents?idem_schema=Bad-Name",
+        "hunter2",
+    );
+    assert_hidden("postgres://agent:hunter2@db/agents?idem_bogus=1", "hunter2");
+    assert_hidden("mysql://agent:hunter2@db/agents", "hunter2");
+    // An '@' inside the password (unencoded) is still hidden: the last '@' ends it.
+    assert_hidden("postgres://agent:hun@ter2@db/agents", "ter2");
+}
+
+// pins issue 3 (passwords never in errors or Display): libpq's and tokio-postgres's URL
+// form takes the password as a query parameter too (`?password=…`); the locator shows it.
+#[test]
+#[ignore = "BUG: `postgres://u@db/x?password=SECRET` is shown verbatim by StoreLocator's Display/Debug and every error that names the locator"]
+fn locator_hides_a_password_given_as_a_query_parameter() {
+    assert_hidden(
+        "postgres://agent@db:5432/agents?password=hunter2",
+        "hunter2",
+    );
+    assert_hidden(
+        "postgresql://agent@db/agents?sslmode=disable&password=hunter2&idem_schema=x",
+        "hunter2",
+    );
+}
+
+// pins issue 3 (passwords never in errors or Display): a password holding '/' (or '?', '#')
+// ends the "authority" early for the redactor, which then finds no '@' and shows all of it.
+#[test]
+#[ignore = "BUG: a password containing '/', '?' or '#' is shown verbatim (redact_url cuts the authority at the first '/', '?' or '#')"]
+fn locator_hides_a_password_holding_a_slash() {
+    assert_hidden("postgres://agent:pa/ss@db/agents", "pa/ss");
+    assert_hidden("redis://:pa/ss@cache:6379/0", "pa/ss");
+    assert_hidden("redis://agent:pa?ss@cache:6379/0", "pa?ss");
+    assert_hidden("mysql://agent:pa#ss@db/x", "pa#ss");
+}
+
+// pins issue 3 (weird whitespace): surrounding ASCII whitespace is ignored; anything else is a
+// typed error, never a panic and never a silently different store
+#[test]
+fn locator_whitespace_and_odd_text_never_panics() {
+    for text in [
+        "",
+        " ",
+        "\t\n",
+        "memory",
+        " memory\n",
+        "MEMORY",
+        "memory ?",
+        "\u{feff}memory",
+        "\u{a0}memory",
+        "sqlite:",
+        "sqlite: ",
+        "sqlite::memory:",
+        "redis://",
+        "redis://?",
+        "redis://h?idem_prefix",
+        "redis://h?&&&",
+        "redis://h?idem_prefix=a&idem_prefix=b",
+        "postgres://",
+        "postgres://h/db?idem_schema=",
+        "postgres://h/db?idem_schema=%41",
+        "postgres://h/db?idem_schema=a\"b",
+        "postgres://h/db?idem_schema=x;DROP SCHEMA public",
+        "redis://h/0?idem_prefix=%00",
+        "redis://h/0?idem_prefix=\0",
+        "://",
+        "sqlite",
+        "redis:/h",
+        "postgres:h",
+        "\u{0}",
+        "ü",
+        "redis://[::1",
+        "postgres://[::1",
+    ] {
+        let _ = shown(text);
+    }
+    assert_eq!(
+        StoreLocator::parse(" memory\n").unwrap(),
+        StoreLocator::Memory
+    );
+    assert!(StoreLocator::parse("\u{a0}memory").is_err());
+    assert!(StoreLocator::parse("MEMORY").is_err());
+}
+
+// pins issue 3 (injection in schema names): a schema name is checked before it reaches SQL;
+// `idem_schema` is not percent-decoded, so an encoded quote cannot sneak in either
+#[test]
+fn locator_schema_names_cannot_inject_sql() {
+    for bad in [
+        "x\";DROP SCHEMA public CASCADE;--",
+        "x%22%3BDROP%20SCHEMA%20public",
+        "Billing",
+        "a-b",
+        "",
+        "9lives",
+    ] {
+        let text = format!("postgres://u@127.0.0.1:1/db?idem_schema={bad}");
+        match StoreLocator::parse(&text) {
+            Ok(locator) => {
+                if locator.is_enabled() {
+                    let err = locator
+                        .open()
+                        .expect_err("an invalid schema name is refused");
+                    assert!(err.to_string().contains("schema"), "{err}");
+                }
+            }
+            Err(e) => panic!("parse refused {text:?}: {e}"),
+        }
+    }
+}
+
+// pins issue 3 (can a prefix make two stores collide?): the Redis key is
+// `<prefix>rec:<64 hex>`; different prefixes never give the same key, because the suffix has
+// a fixed length. Percent-encoding is not decoded, so `a%3A` and `a:` are two namespaces.
+#[test]
+fn locator_prefixes_keep_their_text() {
+    let prefix = |text: &str| match StoreLocator::parse(text).unwrap() {
+        StoreLocator::Redis { prefix, .. } => prefix,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(prefix("redis://h/0?idem_prefix=a:"), "a:");
+    assert_eq!(prefix("redis://h/0?idem_prefix=a%3A"), "a%3A");
+    assert_eq!(prefix("redis://h/0?idem_prefix="), "");
+    assert_eq!(prefix("redis://h/0?idem_prefix=a=b"), "a=b");
+    assert_eq!(prefix("redis://h/0"), "idem:");
+    // Display round-trips a non-default prefix.
+    for text in [
+        "redis://h/0?idem_prefix=a%3A",
+        "redis://h/0?db=1&idem_prefix=x",
+    ] {
+        let locator = StoreLocator::parse(text).unwrap();
+        assert_eq!(StoreLocator::parse(&locator.to_string()).unwrap(), locator);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Store-level storm (S2, S6): claims racing takeovers (lease 0: every in-progress record is
+// lapsed at once), completions and releases, on several handles of one store.
+// ---------------------------------------------------------------------------------------
+
+/// Runs `workers` tasks, each over `handles[i % handles.len()]`, doing `rounds` rounds on
+/// each of `keys` keys at one instant with a zero lease, so every claim that finds an
+/// in-progress record may take it over. Each acquired claim completes (2 in 3) or releases.
+/// Checks: at most one `Saved` per key; once a key is completed it stays completed with the
+/// outcome of the one owner whose completion was saved; no owner that was fenced by a
+/// takeover ever gets `Saved`.
+async fn storm(handles: Vec<Arc<dyn Store>>, keys: u16, workers: usize, rounds: usize) {
+    let saved: Arc<Mutex<HashMap<u16, Vec<String>>>> = Arc::default();
+    let acquired = Arc::new(AtomicUsize::new(0));
+    let now = at(0);
+    let mut tasks = Vec::new();
+    for w in 0..workers {
+        let store = handles[w % handles.len()].clone();
+        let (saved, acquired) = (saved.clone(), acquired.clone());
+        tasks.push(tokio::spawn(async move {
+            let fingerprint = fp(1);
+            for round in 0..rounds {
+                for k in 0..keys {
+                    let key = raw_key(k);
+                    let owner = OwnerToken::random();
+                    let claim = store
+                        .claim(ClaimRequest {
+                            key: &key,
+                            fingerprint: &fingerprint,
+                            owner,
+                            now,
+                            lease_until: now,
+                            expires_at: at(86_400_000),
+                        })
+                        .await
+                        .expect("claim");
+                    let mine = match claim {
+                        Claim::Acquired => true,
+                        Claim::Existing(record) => match record.state {
+                            idem_runtime::store::RecordState::InProgress {
+                                owner: seen,
+                                lease_until,
+                            } => store
+                                .take_over(TakeoverRequest {
+                                    key: &key,
+                                    seen_owner: seen,
+                                    seen_lease_until: lease_until,
+                                    owner,
+                                    now,
+                                    lease_until: now,
+                                    expires_at: at(86_400_000),
+                                })
+                                .await
+                                .expect("take over"),
+                            idem_runtime::store::RecordState::Completed { .. } => false,
+                        },
+                    };
+                    if !mine {
+                        continue;
+                    }
+                    acquired.fetch_add(1, Ordering::Relaxed);
+                    tokio::task::yield_now().await;
+                    if (w + round + k as usize).is_multiple_of(3) {
+                        store.release(&key, owner).await.expect("release");
+                    } else {
+                        let text = format!(r#"{{"ok":"{owner:?}","version":1}}"#);
+                        let envelope = Envelope::from_stored(text.clone());
+                        if store
+                            .complete(&key, owner, &envelope, now)
+                            .await
+                            .expect("complete")
+                            == Completion::Saved
+                        {
+                            saved.lock().unwrap().entry(k).or_default().push(text);
+                        }
+                    }
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("worker");
+    }
+    assert!(
+        acquired.load(Ordering::Relaxed) > 0,
+        "the storm acquired nothing"
+    );
+    let saved = saved.lock().unwrap().clone();
+    for k in 0..keys {
+        let texts = saved.get(&k).cloned().unwrap_or_default();
+        assert!(
+            texts.len() <= 1,
+            "key {k}: {} completions saved: {texts:?}",
+            texts.len()
+        );
+        let record = handles[0].read(&raw_key(k), now).await.expect("read");
+        match (texts.first(), record.map(|r| r.state)) {
+            (Some(text), Some(idem_runtime::store::RecordState::Completed { outcome, .. })) => {
+                assert_eq!(outcome.as_str(), text, "key {k}: the saved owner's outcome")
+            }
+            (Some(text), other) => panic!("key {k}: saved {text} but the store holds {other:?}"),
+            (None, Some(idem_runtime::store::RecordState::Completed { outcome, .. })) => {
+                panic!(
+                    "key {k}: completed with {} but no completion was saved",
+                    outcome.as_str()
+                )
+            }
+            (None, _) => {}
+        }
+    }
+}
+
+// pins S2, S6 on the memory store (the reference behaviour)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn storm_memory() {
+    let store: Arc<dyn Store> = Arc::new(idem_runtime::MemoryStore::new());
+    storm(vec![store], 8, 16, 20).await;
+}
+
+// ---------------------------------------------------------------------------------------
+// A call on a key whose in-progress record was rewritten by hand (S5, S10).
+// ---------------------------------------------------------------------------------------
+
+/// Leaves key `order = 1` of the tool `spin` in progress with a lapsed lease (another
+/// owner), lets `corrupt` rewrite the stored record, then makes one call. Returns how the
+/// call ended within 3 s (`None`: it had not answered) and how many claims it sent.
+async fn call_on_rewritten_record<F, Fut>(
+    store: Arc<dyn Store>,
+    corrupt: F,
+) -> (Option<Result<u64, idem_runtime::ToolError>>, usize, usize)
+where
+    F: FnOnce(IdempotencyKey) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    use idem_runtime::testkit::ManualClock;
+    use idem_runtime::{prepare, CallContext, Clock, Engine};
+    let counting = Arc::new(support::FaultyStore::wrapping(store));
+    let clock = ManualClock::new();
+    let engine = Engine::from_shared(counting.clone(), Arc::new(clock.clone()));
+    let ctx = CallContext::new()
+        .with_engine(engine)
+        .with_conversation("conv_spin");
+    let spec = support::spec("spin", 86_400_000, 60_000, 0);
+    let prepared = prepare(spec, Some(&ctx), |a| a.key("order", &1u64).map(drop)).unwrap();
+    let (key, fingerprint) = (prepared.key().clone(), prepared.fingerprint().clone());
+    drop(prepared);
+    let now = clock.now();
+    let claim = counting
+        .inner
+        .claim(ClaimRequest {
+            key: &key,
+            fingerprint: &fingerprint,
+            owner: OwnerToken::random(),
+            now,
+            lease_until: now,
+            expires_at: now.saturating_add(Duration::from_secs(86_400)),
+        })
+        .await
+        .unwrap();
+    assert_eq!(claim, Claim::Acquired);
+    corrupt(key).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let call = {
+        let runs = runs.clone();
+        async move {
+            let p = prepare(spec, Some(&ctx), |a| a.key("order", &1u64).map(drop)).unwrap();
+            p.run(async {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok::<u64, idem_runtime::ToolError>(1)
+            })
+            .await
+        }
+    };
+    let out = tokio::time::timeout(Duration::from_secs(3), call)
+        .await
+        .ok();
+    (
+        out,
+        counting.claims.load(Ordering::SeqCst),
+        runs.load(Ordering::SeqCst),
+    )
+}
+
+/// The verdict: the call answered at once with a typed Corrupt store error, without running
+/// its body.
+fn assert_corrupt_error(
+    (out, claims, runs): (Option<Result<u64, idem_runtime::ToolError>>, usize, usize),
+) {
+    assert_eq!(runs, 0, "the body ran on a corrupt record");
+    match out {
+        Some(Err(idem_runtime::ToolError::Idem(idem_runtime::Error::Store { source, .. }))) => {
+            assert_eq!(
+                source.kind,
+                idem_runtime::StoreErrorKind::Corrupt,
+                "{source}"
+            )
+        }
+        Some(other) => panic!("expected a Corrupt store error, got {other:?}"),
+        None => panic!(
+            "the call did not answer within 3 s: it spun through {claims} claims (claim → \
+             failed take over → claim …), ignoring its wait bound of 0 ms"
+        ),
+    }
+}
+
+#[cfg(feature = "sqlite")]
+mod sqlite {
+    use super::*;
+    use idem_runtime::SqliteStore;
+
+    // pins S2, S6 (across connections, as across processes): two stores on one SQLite file,
+    // claims racing takeovers, completions and releases
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn storm_two_stores_on_one_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("storm.sqlite3");
+        let a: Arc<dyn Store> = Arc::new(SqliteStore::open(&path).unwrap());
+        let b: Arc<dyn Store> = Arc::new(SqliteStore::open(&path).unwrap());
+        storm(vec![a, b], 4, 8, 10).await;
+    }
+
+    pub(super) fn sqlite_exec(path: &std::path::Path, sql: &str) {
+        let conn = rusqlite::Connection::open(path).expect("open the file");
+        conn.busy_timeout(Duration::from_secs(5)).unwrap();
+        conn.execute_batch(sql).expect("raw SQL");
+    }
+
+    // pins S10 (a corrupt row is a typed error) and S5 (no busy loop, the wait is bounded): an
+    // in-progress row whose owner is 32 hex digits in upper case decodes as a valid owner token
+    // (u128::from_str_radix accepts upper case, and a leading '+'), but the takeover compares
+    // the column with the lower-case text and never matches: the call loops claim → take over
+    // → claim … for ever, past its wait bound, burning a core.
+    #[tokio::test]
+    #[ignore = "BUG: an in-progress row whose owner is upper-case hex makes every call on the key spin for ever (claim/take-over loop) instead of a Corrupt error"]
+    async fn non_canonical_owner_makes_the_call_spin() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("spin.sqlite3");
+        let store = Arc::new(SqliteStore::open(&path).unwrap());
+        let verdict = call_on_rewritten_record(store, |key| {
+            sqlite_exec(
+                &path,
+                &format!(
+                    "UPDATE idem_records SET owner = upper(owner) WHERE key = '{}'",
+                    key.as_str()
+                ),
+            );
+            std::future::ready(())
+        })
+        .await;
+        assert_corrupt_error(verdict);
+    }
+
+    // pins S10: the same with a '+' sign in front of 31 hex digits
+    #[tokio::test]
+    #[ignore = "BUG: an in-progress row whose owner is '+' and 31 hex digits makes every call on the key spin for ever"]
+    async fn signed_owner_makes_the_call_spin() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("spin.sqlite3");
+        let store = Arc::new(SqliteStore::open(&path).unwrap());
+        let verdict = call_on_rewritten_record(store, |key| {
+            sqlite_exec(
+                &path,
+                &format!(
+                    "UPDATE idem_records SET owner = '+' || substr(owner, 2) WHERE key = '{}'",
+                    key.as_str()
+                ),
+            );
+            std::future::ready(())
+        })
+        .await;
+        assert_corrupt_error(verdict);
+    }
+}
+
+#[cfg(feature = "redis")]
+mod redis_backend {
+    use super::*;
+    use idem_runtime::RedisStore;
+
+    pub(super) fn redis_url() -> String {
+        std::env::var("IDEM_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
+    }
+
+    /// Deletes every key under its prefix when dropped.
+    pub(super) struct Cleanup {
+        pub(super) prefix: String,
+    }
+
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let Ok(client) = ::redis::Client::open(redis_url()) else {
+                return;
+            };
+            let Ok(mut conn) = client.get_connection() else {
+                return;
+            };
+            let keys: Vec<String> = ::redis::cmd("KEYS")
+                .arg(format!("{}*", self.prefix))
+                .query(&mut conn)
+                .unwrap_or_default();
+            if !keys.is_empty() {
+                let _: Result<usize, _> = ::redis::cmd("DEL").arg(&keys).query(&mut conn);
+            }
+        }
+    }
+
+    pub(super) fn fresh_prefix() -> (String, Cleanup) {
+        let prefix = format!("idem-adv:{}:", uuid_like());
+        (
+            prefix.clone(),
+            Cleanup {
+                prefix: prefix.clone(),
+            },
+        )
+    }
+
+    fn uuid_like() -> String {
+        format!("{:032x}", OwnerToken::random().as_u128())
+    }
+
+    async fn raw(args: &[&str]) -> ::redis::Value {
+        let client = ::redis::Client::open(redis_url()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let mut cmd = ::redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        cmd.query_async(&mut conn).await.unwrap()
+    }
+
+    // pins S2, S6 (across connections, as across processes): two connections, claims racing
+    // takeovers, completions and releases
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn storm_two_connections() {
+        let (prefix, _cleanup) = fresh_prefix();
+        let a = RedisStore::connect(&redis_url())
+            .await
+            .unwrap()
+            .with_prefix(prefix.clone());
+        let b = RedisStore::connect(&redis_url())
+            .await
+            .unwrap()
+            .with_prefix(prefix);
+        storm(vec![Arc::new(a), Arc::new(b)], 4, 8, 10).await;
+    }
+
+    // pins S10, S5: an in-progress record whose owner is upper-case hex spins the call (see
+    // the SQLite test of the same name)
+    #[tokio::test]
+    #[ignore = "BUG: an in-progress record whose owner is upper-case hex makes every call on the key spin for ever (claim/take-over loop) instead of a Corrupt error"]
+    async fn non_canonical_owner_makes_the_call_spin() {
+        let (prefix, _cleanup) = fresh_prefix();
+        let store = RedisStore::connect(&redis_url())
+            .await
+            .unwrap()
+            .with_prefix(prefix);
+        let s = store.clone();
+        let verdict = call_on_rewritten_record(Arc::new(store), |key| async move {
+            let record = s.record_key(&key);
+            let owner = match raw(&["HGET", &record, "owner"]).await {
+                ::redis::Value::BulkString(b) => String::from_utf8(b).unwrap(),
+                other => panic!("{other:?}"),
+            };
+            raw(&["HSET", &record, "owner", &owner.to_uppercase()]).await;
+        })
+        .await;
+        assert_corrupt_error(verdict);
+    }
+
+    // pins S10: a key of another type at the record's name is a corrupt record (not retryable),
+    // and the body does not run
+    #[tokio::test]
+    #[ignore = "BUG: a non-hash value at the record key (WRONGTYPE) is reported as Unavailable (transient, retried for ever by the dispatcher) instead of Corrupt"]
+    async fn a_foreign_value_at_the_record_key_is_corrupt() {
+        let (prefix, _cleanup) = fresh_prefix();
+        let store = RedisStore::connect(&redis_url())
+            .await
+            .unwrap()
+            .with_prefix(prefix);
+        let key = raw_key(7);
+        raw(&["SET", &store.record_key(&key), "not a hash"]).await;
+        let fingerprint = fp(1);
+        let err = store
+            .claim(ClaimRequest {
+                key: &key,
+                fingerprint: &fingerprint,
+                owner: OwnerToken::random(),
+                now: at(0),
+                lease_until: at(10),
+                expires_at: at(100),
+            })
+            .await
+            .expect_err("a string is not a record");
+        assert_eq!(err.kind, idem_runtime::StoreErrorKind::Corrupt, "{err}");
+        assert!(!err.is_transient());
+    }
+}
+
+#[cfg(feature = "postgres")]
+mod postgres_backend {
+    use super::*;
+    use idem_runtime::PostgresStore;
+
+    pub(super) fn url() -> String {
+        std::env::var("IDEM_TEST_POSTGRES_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+    }
+
+    /// A fresh schema name, dropped (with its tables) when this is dropped.
+    pub(super) struct Schema {
+        pub(super) name: String,
+    }
+
+    impl Schema {
+        pub(super) fn fresh() -> Self {
+            Schema {
+                name: format!("idem_adv_{:032x}", OwnerToken::random().as_u128()),
+            }
+        }
+
+        pub(super) fn store(&self) -> PostgresStore {
+            PostgresStore::with_schema(&url(), &self.name).unwrap()
+        }
+
+        /// Runs `sql` (`{schema}` replaced by the quoted schema name) on a connection of its
+        /// own, on a thread with its own runtime.
+        pub(super) fn admin(&self, sql: &str) -> Result<(), String> {
+            let (url, sql) = (
+                url(),
+                sql.replace("{schema}", &format!("\"{}\"", self.name)),
+            );
+            std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                runtime.block_on(async {
+                    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    tokio::spawn(connection);
+                    client.batch_execute(&sql).await.map_err(|e| e.to_string())
+                })
+            })
+            .join()
+            .unwrap_or_else(|_| Err("admin thread panicked".to_owned()))
+        }
+    }
+
+    impl Drop for Schema {
+        fn drop(&mut self) {
+            if let Err(e) = self.admin("DROP SCHEMA IF EXISTS {schema} CASCADE") {
+                eprintln!("could not drop the test schema {}: {e}", self.name);
+            }
+        }
+    }
+
+    // pins S2, S6 (across pools, as across processes): two pools, claims racing takeovers,
+    // completions and releases
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn storm_two_pools() {
+        let schema = Schema::fresh();
+        let (a, b) = (schema.store(), schema.store());
+        storm(vec![Arc::new(a), Arc::new(b)], 4, 8, 10).await;
+    }
+
+    // pins S10, S5: an in-progress row whose owner is upper-case hex spins the call (see the
+    // SQLite test of the same name)
+    #[tokio::test]
+    #[ignore = "BUG: an in-progress row whose owner is upper-case hex makes every call on the key spin for ever (claim/take-over loop) instead of a Corrupt error"]
+    async fn non_canonical_owner_makes_the_call_spin() {
+        let schema = Schema::fresh();
+        let store = Arc::new(schema.store());
+        let schema_ref = &schema;
+        let verdict = call_on_rewritten_record(store, |key| {
+            schema_ref
+                .admin(&format!(
+                    "UPDATE {{schema}}.records SET owner = upper(owner) WHERE key = '{}'",
+                    key.as_str()
+                ))
+                .unwrap();
+            std::future::ready(())
+        })
+        .await;
+        assert_corrupt_error(verdict);
+    }
+
+    // pins issue 3 (passwords never in errors or Debug), key-value form: the redactor splits
+    // on single spaces only, so `password = secret` or a quoted password with a space shows
+    fn key_value_leaks(conninfo: &str, secret: &str) -> Option<String> {
+        let store = match PostgresStore::connect(conninfo) {
+            Ok(store) => store,
+            Err(e) => {
+                let text = format!("{e} {e:?}");
+                return text.contains(secret).then_some(text);
+            }
+        };
+        let text = format!("{} {store:?}", store.url());
+        text.contains(secret).then_some(text)
+    }
+
+    #[test]
+    #[ignore = "BUG: key-value conninfo passwords leak through PostgresStore::url()/Debug/errors when written `password = x`, `password='a b'` or after a tab"]
+    fn key_value_passwords_are_hidden() {
+        for (conninfo, secret) in [
+            (
+                "host=127.0.0.1 user=postgres password = hunter2 dbname=test",
+                "hunter2",
+            ),
+            (
+                "host=127.0.0.1 user=postgres password='hunter 2' dbname=test",
+                "2'",
+            ),
+            ("host=127.0.0.1\tpassword=hunter2 dbname=test", "hunter2"),
+        ] {
+            if let Some(text) = key_value_leaks(conninfo, secret) {
+                panic!("{conninfo:?} shows its password: {text}");
+            }
+        }
+    }
+
+    // pins issue 3: tokio-postgres accepts a '/' in the password of the URL form (it reads the
+    // user info up to the '@'), and PostgresStore shows it
+    #[test]
+    #[ignore = "BUG: `postgres://u:pa/ss@host/db` is accepted by tokio-postgres and shown verbatim by PostgresStore::url()/Debug and every StoreError message"]
+    fn a_slash_in_the_password_is_hidden() {
+        if let Some(text) = key_value_leaks("postgres://postgres:pa/ss@127.0.0.1:1/test", "pa/ss") {
+            panic!("shows its password: {text}");
+        }
+        if let Some(text) = key_value_leaks(
+            "postgres://postgres@127.0.0.1:1/test?password=hunter2",
+            "hunter2",
+        ) {
+            panic!("shows its password: {text}");
+        }
+    }
+
+    // pins S10 (typed errors; a configuration error is not transient): a schema name that
+    // passes the name check but that PostgreSQL refuses (reserved `pg_` prefix)
+    #[tokio::test]
+    #[ignore = "BUG: schema `pg_idem` passes valid_schema but PostgreSQL refuses it; every call then fails with Unavailable (transient, retried for ever) instead of Unsupported"]
+    async fn a_reserved_schema_name_is_not_transient() {
+        let store = PostgresStore::with_schema(&url(), "pg_idem").expect("name accepted");
+        let err = store
+            .read(&raw_key(1), at(0))
+            .await
+            .expect_err("PostgreSQL refuses the pg_ prefix");
+        assert!(!err.is_transient(), "{err}");
+    }
+}
