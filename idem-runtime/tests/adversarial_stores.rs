@@ -1101,3 +1101,91 @@ async fn big_envelopes_postgres() {
     let schema = postgres_backend::Schema::fresh();
     big_envelopes(Arc::new(schema.store())).await;
 }
+
+// ---------------------------------------------------------------------------------------
+// A sync tool (`run_blocking`) called from async code on a current-thread runtime (the
+// default `#[tokio::test]` flavour, `#[tokio::main(flavor = "current_thread")]`). Issue 3:
+// "using a network store from a sync tool is either supported without blocking an async
+// runtime or a clear error".
+// ---------------------------------------------------------------------------------------
+
+/// Runs one sync call through `store` from inside `block_on` of a current-thread runtime,
+/// on a thread of its own; `None` if it has not answered within 15 s (the thread is then
+/// left behind, blocked).
+fn sync_call_in_current_thread_runtime(
+    make: impl FnOnce() -> Arc<dyn Store> + Send + 'static,
+) -> Option<(Result<u64, idem_runtime::ToolError>, bool)> {
+    use idem_runtime::testkit::ManualClock;
+    use idem_runtime::{prepare, CallContext, Engine};
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let out = runtime.block_on(async move {
+            let engine = Engine::from_shared(make(), Arc::new(ManualClock::new()));
+            let ctx = CallContext::new()
+                .with_engine(engine)
+                .with_conversation("conv_sync_in_async");
+            let p = prepare(support::default_spec(), Some(&ctx), |a| {
+                a.key("order", &1u64).map(drop)
+            })
+            .unwrap();
+            let mut ran = false;
+            let out = p.run_blocking(|| {
+                ran = true;
+                Ok::<u64, idem_runtime::ToolError>(100)
+            });
+            (out, ran)
+        });
+        let _ = tx.send(out);
+    });
+    rx.recv_timeout(Duration::from_secs(15)).ok()
+}
+
+/// The verdict: the call answered (ran, or a typed store error without running the body).
+fn assert_answers(verdict: Option<(Result<u64, idem_runtime::ToolError>, bool)>) {
+    match verdict {
+        None => panic!("the sync call never answered: run_blocking blocks the only executor thread that must drive the store's I/O"),
+        Some((Ok(100), true)) => {}
+        Some((Err(idem_runtime::ToolError::Idem(idem_runtime::Error::Store { .. })), false)) => {}
+        Some(other) => panic!("unexpected {other:?}"),
+    }
+}
+
+#[cfg(feature = "sqlite")]
+// pins S10, issue 3 item 1: SQLite from a sync tool inside a current-thread runtime answers
+#[test]
+fn sqlite_sync_tool_inside_a_current_thread_runtime_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sync.sqlite3");
+    assert_answers(sync_call_in_current_thread_runtime(move || {
+        Arc::new(idem_runtime::SqliteStore::open(path).unwrap())
+    }));
+}
+
+#[cfg(feature = "redis")]
+// pins S10, issue 3 item 1: Redis from a sync tool inside a current-thread runtime
+#[test]
+#[ignore = "BUG: run_blocking (pollster) blocks the only executor thread while the Redis store's I/O and its 5 s timeout need that thread: the call hangs for ever (no error, no timeout)"]
+fn redis_sync_tool_inside_a_current_thread_runtime_answers() {
+    let (prefix, _cleanup) = redis_backend::fresh_prefix();
+    assert_answers(sync_call_in_current_thread_runtime(move || {
+        Arc::new(
+            idem_runtime::RedisStore::connect_lazy(&redis_backend::redis_url())
+                .unwrap()
+                .with_prefix(prefix),
+        )
+    }));
+}
+
+#[cfg(feature = "postgres")]
+// pins S10, issue 3 item 1: PostgreSQL from a sync tool inside a current-thread runtime
+#[test]
+#[ignore = "BUG: run_blocking (pollster) blocks the only executor thread while the PostgreSQL operation (spawned on that runtime, with its 10 s OPERATION_TIMEOUT inside the task) needs it: the call hangs for ever"]
+fn postgres_sync_tool_inside_a_current_thread_runtime_answers() {
+    let schema = postgres_backend::Schema::fresh();
+    let store = schema.store();
+    assert_answers(sync_call_in_current_thread_runtime(move || Arc::new(store)));
+}
