@@ -1284,3 +1284,109 @@ fn sqlite_uri_locators_without_locks_are_refused() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Claim/release churn on one key (S2, S10): every acquired claim is released at once, so
+// claims keep racing inserts and deletes of the same row. No claim may fail.
+// ---------------------------------------------------------------------------------------
+
+async fn churn(handles: Vec<Arc<dyn Store>>, workers: usize, rounds: usize) -> Vec<String> {
+    let errors: Arc<Mutex<Vec<String>>> = Arc::default();
+    let mut tasks = Vec::new();
+    for w in 0..workers {
+        let store = handles[w % handles.len()].clone();
+        let errors = errors.clone();
+        tasks.push(tokio::spawn(async move {
+            let (key, fingerprint) = (raw_key(0x0c0c), fp(4));
+            for _ in 0..rounds {
+                let owner = OwnerToken::random();
+                let claim = store
+                    .claim(ClaimRequest {
+                        key: &key,
+                        fingerprint: &fingerprint,
+                        owner,
+                        now: at(0),
+                        lease_until: at(60_000),
+                        expires_at: at(86_400_000),
+                    })
+                    .await;
+                match claim {
+                    Ok(Claim::Acquired) => {
+                        if let Err(e) = store.release(&key, owner).await {
+                            errors.lock().unwrap().push(e.to_string());
+                        }
+                    }
+                    Ok(Claim::Existing(_)) => {}
+                    Err(e) => errors.lock().unwrap().push(e.to_string()),
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let errors = errors.lock().unwrap().clone();
+    errors
+}
+
+#[cfg(feature = "postgres")]
+// pins S2, S10 on PostgreSQL: the claim's retry (a concurrent first claim committed after
+// the statement's snapshot, then released) never surfaces as an error under churn
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn churn_postgres() {
+    let schema = postgres_backend::Schema::fresh();
+    let errors = churn(
+        vec![Arc::new(schema.store()), Arc::new(schema.store())],
+        24,
+        60,
+    )
+    .await;
+    assert!(
+        errors.is_empty(),
+        "{} errors, first: {:?}",
+        errors.len(),
+        errors.first()
+    );
+}
+
+#[cfg(feature = "sqlite")]
+// pins S2, S10 on SQLite (two stores on one file)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn churn_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("churn.sqlite3");
+    let stores: Vec<Arc<dyn Store>> = vec![
+        Arc::new(idem_runtime::SqliteStore::open(&path).unwrap()),
+        Arc::new(idem_runtime::SqliteStore::open(&path).unwrap()),
+    ];
+    let errors = churn(stores, 8, 40).await;
+    assert!(
+        errors.is_empty(),
+        "{} errors, first: {:?}",
+        errors.len(),
+        errors.first()
+    );
+}
+
+#[cfg(feature = "redis")]
+// pins S2, S10 on Redis (two connections)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn churn_redis() {
+    let (prefix, _cleanup) = redis_backend::fresh_prefix();
+    let url = redis_backend::redis_url();
+    let a = idem_runtime::RedisStore::connect(&url)
+        .await
+        .unwrap()
+        .with_prefix(prefix.clone());
+    let b = idem_runtime::RedisStore::connect(&url)
+        .await
+        .unwrap()
+        .with_prefix(prefix);
+    let errors = churn(vec![Arc::new(a), Arc::new(b)], 24, 60).await;
+    assert!(
+        errors.is_empty(),
+        "{} errors, first: {:?}",
+        errors.len(),
+        errors.first()
+    );
+}
