@@ -1115,29 +1115,46 @@ async fn big_envelopes_postgres() {
 fn sync_call_in_current_thread_runtime(
     make: impl FnOnce() -> Arc<dyn Store> + Send + 'static,
 ) -> Option<(Result<u64, idem_runtime::ToolError>, bool)> {
+    sync_call_in_runtime(make, || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    })
+}
+
+/// As [`sync_call_in_current_thread_runtime`], on the runtime `build` makes.
+fn sync_call_in_runtime(
+    make: impl FnOnce() -> Arc<dyn Store> + Send + 'static,
+    build: impl FnOnce() -> tokio::runtime::Runtime + Send + 'static,
+) -> Option<(Result<u64, idem_runtime::ToolError>, bool)> {
     use idem_runtime::testkit::ManualClock;
     use idem_runtime::{prepare, CallContext, Engine};
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let runtime = build();
+        // The call runs in a spawned task, as a tool called by a dispatcher or a server's
+        // request handler does (on a worker thread, not on the thread inside `block_on`).
         let out = runtime.block_on(async move {
-            let engine = Engine::from_shared(make(), Arc::new(ManualClock::new()));
-            let ctx = CallContext::new()
-                .with_engine(engine)
-                .with_conversation("conv_sync_in_async");
-            let p = prepare(support::default_spec(), Some(&ctx), |a| {
-                a.key("order", &1u64).map(drop)
+            let store = make();
+            tokio::spawn(async move {
+                let engine = Engine::from_shared(store, Arc::new(ManualClock::new()));
+                let ctx = CallContext::new()
+                    .with_engine(engine)
+                    .with_conversation("conv_sync_in_async");
+                let p = prepare(support::default_spec(), Some(&ctx), |a| {
+                    a.key("order", &1u64).map(drop)
+                })
+                .unwrap();
+                let mut ran = false;
+                let out = p.run_blocking(|| {
+                    ran = true;
+                    Ok::<u64, idem_runtime::ToolError>(100)
+                });
+                (out, ran)
             })
-            .unwrap();
-            let mut ran = false;
-            let out = p.run_blocking(|| {
-                ran = true;
-                Ok::<u64, idem_runtime::ToolError>(100)
-            });
-            (out, ran)
+            .await
+            .unwrap()
         });
         let _ = tx.send(out);
     });
@@ -1389,4 +1406,29 @@ async fn churn_redis() {
         errors.len(),
         errors.first()
     );
+}
+
+#[cfg(feature = "redis")]
+// pins S10, issue 3 item 1: the same on a multi-thread runtime whose one worker runs the sync
+// tool (as when every worker is busy with a sync tool: parallel calls of one message, D4)
+#[test]
+#[ignore = "BUG: a sync tool with the Redis store hangs for ever on a multi-thread runtime once every worker thread is inside run_blocking (here: 1 worker)"]
+fn redis_sync_tool_on_a_one_worker_runtime_answers() {
+    let (prefix, _cleanup) = redis_backend::fresh_prefix();
+    assert_answers(sync_call_in_runtime(
+        move || {
+            Arc::new(
+                idem_runtime::RedisStore::connect_lazy(&redis_backend::redis_url())
+                    .unwrap()
+                    .with_prefix(prefix),
+            )
+        },
+        || {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .unwrap()
+        },
+    ));
 }
