@@ -1432,3 +1432,63 @@ fn redis_sync_tool_on_a_one_worker_runtime_answers() {
         },
     ));
 }
+
+// ---------------------------------------------------------------------------------------
+// Nothing panics on a locator, whatever its text (issue 3: "anything that panics on input").
+// ---------------------------------------------------------------------------------------
+
+mod locator_fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn scheme() -> impl Strategy<Value = &'static str> {
+        prop_oneof![
+            Just(""),
+            Just("memory"),
+            Just("sqlite:"),
+            Just("redis://"),
+            Just("rediss://"),
+            Just("postgres://"),
+            Just("postgresql://"),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 1500, ..ProptestConfig::default() })]
+
+        // pins issue 3: parse, Display, Debug and open of any text never panic, and a
+        // password-like `user:SECRET@` authority (no '/', '?', '#' in it) is never shown
+        #[test]
+        fn any_locator_text_is_handled(
+            scheme in scheme(),
+            rest in "[a-zA-Z0-9:@/?#&=%._ \\[\\]\\-\u{e9}\u{1F4B8}]{0,40}",
+        ) {
+            let text = format!("{scheme}{rest}");
+            // Network stores need a runtime to open; SQLite paths must not touch real files.
+            if scheme == "sqlite:" {
+                let _ = StoreLocator::parse(&text).map(|l| (l.to_string(), format!("{l:?}")));
+                return Ok(());
+            }
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async {
+                let _ = shown(&text);
+            });
+        }
+
+        #[test]
+        fn a_plain_password_never_shows(
+            scheme in prop_oneof![Just("redis://"), Just("postgres://"), Just("mysql://")],
+            user in "[a-z]{0,8}",
+            secret in "[A-Za-z0-9!$*+,;=~.-]{6,16}",
+            host in "[a-z]{1,8}(:[0-9]{1,5})?",
+            tail in "(/[a-z0-9]{0,8})?(\\?[a-z_]{1,8}=[a-z0-9]{0,8})?",
+        ) {
+            let text = format!("{scheme}{user}:{secret}@{host}{tail}");
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let shown = runtime.block_on(async { shown(&text) });
+            for s in shown {
+                prop_assert!(!s.contains(&format!(":{secret}@")), "{} shows its password: {}", text, s);
+            }
+        }
+    }
+}
