@@ -44,9 +44,11 @@
 //!
 //! # Round trips
 //!
-//! A claim is one round trip (`EVALSHA`), a completion one, a read one. The first time a
-//! server sees a script (after a restart or `SCRIPT FLUSH`) it answers `NOSCRIPT` and the
-//! client loads the script and retries: three round trips, once per script.
+//! A claim is one round trip (`EVALSHA`), a completion one, a read one (`HMGET`). The
+//! first time a server sees a script (after a restart or `SCRIPT FLUSH`) it answers
+//! `NOSCRIPT` and the store sends `SCRIPT LOAD` and the `EVALSHA` again: three round
+//! trips, once per script and server. [`Store::round_trips`] counts every command the
+//! store sends (clones share the count), so a first execution counts 2 and a replay 1.
 //!
 //! # Runtime and cancellation
 //!
@@ -64,11 +66,12 @@
 
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Script, Value};
+use redis::{ErrorKind, Script, ServerErrorKind, Value};
 
 use std::sync::Arc;
 
@@ -235,6 +238,8 @@ pub struct RedisStore {
     conn: ConnectionManager,
     prefix: String,
     url: String,
+    /// Commands sent ([`Store::round_trips`]), shared by clones.
+    round_trips: Arc<AtomicU64>,
 }
 
 impl RedisStore {
@@ -292,6 +297,7 @@ impl RedisStore {
             conn,
             prefix: DEFAULT_PREFIX.to_owned(),
             url,
+            round_trips: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -317,7 +323,9 @@ impl RedisStore {
         format!("{}rec:{}", self.prefix, key.as_str())
     }
 
-    /// Runs one script invocation on the connection; `what` names the operation in errors.
+    /// Runs one script invocation on the connection: `EVALSHA`, and on `NOSCRIPT`
+    /// `SCRIPT LOAD` and `EVALSHA` again, counting each command sent as a round trip.
+    /// `what` names the operation in errors.
     fn eval(
         &self,
         what: &'static str,
@@ -327,15 +335,30 @@ impl RedisStore {
     ) -> impl Future<Output = Result<Value, StoreError>> + Send + 'static {
         let mut conn = self.conn.clone();
         let url = self.url.clone();
+        let round_trips = Arc::clone(&self.round_trips);
         async move {
-            let mut invocation = script.key(redis_key);
-            for arg in &args {
-                invocation.arg(arg);
+            let mut evalsha = redis::cmd("EVALSHA");
+            evalsha
+                .arg(script.get_hash())
+                .arg(1)
+                .arg(redis_key)
+                .arg(args);
+            round_trips.fetch_add(1, Ordering::Relaxed);
+            match evalsha.query_async::<Value>(&mut conn).await {
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    round_trips.fetch_add(1, Ordering::Relaxed);
+                    script
+                        .load_async(&mut conn)
+                        .await
+                        .map_err(|e| redis_error(&url, what, e))?;
+                    round_trips.fetch_add(1, Ordering::Relaxed);
+                    evalsha
+                        .query_async::<Value>(&mut conn)
+                        .await
+                        .map_err(|e| redis_error(&url, what, e))
+                }
+                result => result.map_err(|e| redis_error(&url, what, e)),
             }
-            invocation
-                .invoke_async::<Value>(&mut conn)
-                .await
-                .map_err(|e| redis_error(&url, what, e))
         }
     }
 
@@ -640,8 +663,10 @@ impl Store for RedisStore {
         let mut cmd = redis::cmd("HMGET");
         cmd.arg(self.record_key(key)).arg(&FIELDS[..]);
         let key = key.clone();
+        let round_trips = Arc::clone(&self.round_trips);
         self.run(
             async move {
+                round_trips.fetch_add(1, Ordering::Relaxed);
                 let reply: Value = cmd
                     .query_async(&mut conn)
                     .await
@@ -669,6 +694,7 @@ impl Store for RedisStore {
             .arg(self.record_key(key))
             .arg(owner_hex(owner));
         let (mut conn, key) = (self.conn.clone(), key.clone());
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
         let mut release = Box::pin(async move {
             if let Err(error) = cmd.query_async::<Value>(&mut conn).await {
                 tracing::warn!(key = %key, %error, "could not release the claim; it lapses with its lease");
@@ -684,6 +710,10 @@ impl Store for RedisStore {
 
     fn backend(&self) -> &'static str {
         BACKEND
+    }
+
+    fn round_trips(&self) -> Option<u64> {
+        Some(self.round_trips.load(Ordering::Relaxed))
     }
 }
 
