@@ -43,10 +43,14 @@
 //! # Operations (S2, S6, S8)
 //!
 //! - claim: one statement,
-//!   `WITH ins AS (INSERT … ON CONFLICT (key) DO UPDATE … WHERE records.expires_at <= now
-//!   RETURNING …) SELECT … FROM ins UNION ALL SELECT … FROM records WHERE key = $1 AND
-//!   expires_at > now AND NOT EXISTS (SELECT 1 FROM ins)`: inserts if the key is absent or
-//!   expired, and otherwise returns the live row, in one round trip. The one case it
+//!   `WITH live AS (SELECT … FROM records WHERE key = $1 AND expires_at > now), ins AS
+//!   (INSERT … SELECT … WHERE NOT EXISTS (SELECT 1 FROM live) ON CONFLICT (key) DO UPDATE
+//!   … WHERE records.expires_at <= now RETURNING …) SELECT … FROM ins UNION ALL SELECT …
+//!   FROM live WHERE NOT EXISTS (SELECT 1 FROM ins)`: inserts if the key is absent or
+//!   expired, and otherwise returns the live row, in one round trip. When the statement's
+//!   snapshot already shows a live row (a replay, a waiting duplicate) the insert is not
+//!   attempted at all, so the statement writes nothing, takes no transaction id and its
+//!   commit waits for no WAL flush: a replay is a plain read. The one case it
 //!   cannot answer is a race with a concurrent first claim of the same key that committed
 //!   after this statement's snapshot: the insert waited for it and wrote nothing, and the
 //!   snapshot does not show the row. Then the store reads the row in a second statement
@@ -241,10 +245,14 @@ impl Statements {
                 "INSERT INTO {s}.meta (name, value) VALUES ('schema_version', {POSTGRES_SCHEMA_VERSION})"
             ),
             claim: format!(
-                "WITH ins AS (
+                "WITH live AS (
+                    SELECT {row} FROM {s}.records WHERE key = $1 AND expires_at > $3
+                 ),
+                 ins AS (
                     INSERT INTO {s}.records AS r
                         (key, fingerprint, created_at, expires_at, owner, lease_until)
-                    VALUES ($1, $2, $3, $4, $5, $6)
+                    SELECT $1::TEXT, $2::TEXT, $3::BIGINT, $4::BIGINT, $5::TEXT, $6::BIGINT
+                    WHERE NOT EXISTS (SELECT 1 FROM live)
                     ON CONFLICT (key) DO UPDATE SET
                         fingerprint = EXCLUDED.fingerprint,
                         created_at = EXCLUDED.created_at,
@@ -260,8 +268,7 @@ impl Statements {
                         NULL::BIGINT, NULL::TEXT, NULL::BIGINT
                  FROM ins
                  UNION ALL
-                 SELECT FALSE, {row} FROM {s}.records
-                 WHERE key = $1 AND expires_at > $3 AND NOT EXISTS (SELECT 1 FROM ins)"
+                 SELECT FALSE, {row} FROM live WHERE NOT EXISTS (SELECT 1 FROM ins)"
             ),
             read_live: format!(
                 "SELECT FALSE, {row} FROM {s}.records WHERE key = $1 AND expires_at > $2"
