@@ -10,6 +10,7 @@
 //! at the end.
 //!
 //! Run: `cargo bench --bench stores --features idem/sqlite,idem/redis,idem/postgres`.
+//! `IDEM_BENCH_STORES=redis,postgres` keeps only the named backends (all by default).
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -222,7 +223,15 @@ fn stores(c: &mut Criterion) {
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    let backends = backends(&runtime);
+    let wanted = std::env::var("IDEM_BENCH_STORES").ok();
+    let backends: Vec<Backend> = backends(&runtime)
+        .into_iter()
+        .filter(|b| {
+            wanted
+                .as_deref()
+                .is_none_or(|w| w.split(',').any(|name| name.trim() == b.name))
+        })
+        .collect();
     for backend in &backends {
         match round_trips_per_call(&runtime, backend) {
             Some((first, replay)) => println!(
