@@ -52,9 +52,6 @@
 //!
 //! # Runtime and cancellation
 //!
-//! The connection sets `TCP_NODELAY` (as redis-py does), so that a command is never held
-//! back by Nagle's algorithm.
-//!
 //! Every operation needs a tokio runtime context (the connection is driven by tokio). An
 //! operation started outside one fails at once with [`StoreErrorKind::Unsupported`]: this is
 //! what a sync tool (`run_blocking`) gets outside a runtime, instead of blocking a thread on
@@ -74,7 +71,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{ErrorKind, IntoConnectionInfo, Script, ServerErrorKind, Value};
+use redis::{ErrorKind, Script, ServerErrorKind, Value};
 
 use std::sync::Arc;
 
@@ -285,15 +282,10 @@ impl RedisStore {
 
     fn client(url: &str) -> Result<(redis::Client, String), RedisConnectError> {
         let redacted = redact(url);
-        let invalid = |e: redis::RedisError| RedisConnectError::InvalidUrl {
+        let client = redis::Client::open(url).map_err(|e| RedisConnectError::InvalidUrl {
             url: redacted.clone(),
             message: e.to_string(),
-        };
-        // TCP_NODELAY: every operation is one small request awaiting its reply, which
-        // Nagle's algorithm could hold back behind an unacknowledged segment.
-        let info = url.into_connection_info().map_err(invalid)?;
-        let tcp = info.tcp_settings().clone().set_nodelay(true);
-        let client = redis::Client::open(info.set_tcp_settings(tcp)).map_err(invalid)?;
+        })?;
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(RedisConnectError::NoRuntime { url: redacted });
         }
