@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::watch;
@@ -23,8 +24,12 @@ const SWEEP_EVERY: u64 = 4096;
 /// Expired records are treated as absent on every read and swept every 4096 claims; live
 /// records are never evicted (S8). Waiting duplicates are woken by their key's change
 /// signal, not by polling and not by other keys' changes (S5). Every future it returns is ready at once, so sync tools can use it.
+///
+/// It counts its operations as round trips ([`Store::round_trips`]): one per claim, take
+/// over, complete, release, read and release on drop.
 pub struct MemoryStore {
     state: Mutex<State>,
+    round_trips: AtomicU64,
 }
 
 #[derive(Default)]
@@ -40,6 +45,7 @@ impl MemoryStore {
     pub fn new() -> Self {
         MemoryStore {
             state: Mutex::new(State::default()),
+            round_trips: AtomicU64::new(0),
         }
     }
 
@@ -51,6 +57,11 @@ impl MemoryStore {
     /// Whether the store holds no record.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Counts one operation ([`Store::round_trips`]).
+    fn count(&self) {
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -114,6 +125,7 @@ fn ready<'a, T: Send + 'a>(value: T) -> StoreFuture<'a, T> {
 
 impl Store for MemoryStore {
     fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, Claim> {
+        self.count();
         let mut state = self.lock();
         state.claims_since_sweep += 1;
         if state.claims_since_sweep >= SWEEP_EVERY {
@@ -144,6 +156,7 @@ impl Store for MemoryStore {
     }
 
     fn take_over<'a>(&'a self, req: TakeoverRequest<'a>) -> StoreFuture<'a, bool> {
+        self.count();
         let mut state = self.lock();
         let Some(record) = Self::live(&mut state, req.key, req.now) else {
             return ready(false);
@@ -171,6 +184,7 @@ impl Store for MemoryStore {
         outcome: &'a Envelope,
         now: Timestamp,
     ) -> StoreFuture<'a, Completion> {
+        self.count();
         let mut state = self.lock();
         let completion = match Self::live(&mut state, key, now) {
             Some(record) if matches!(record.state, RecordState::InProgress { owner: o, .. } if o == owner) =>
@@ -190,6 +204,7 @@ impl Store for MemoryStore {
     }
 
     fn release<'a>(&'a self, key: &'a IdempotencyKey, owner: OwnerToken) -> StoreFuture<'a, bool> {
+        self.count();
         ready(self.release_now(key, owner))
     }
 
@@ -198,11 +213,13 @@ impl Store for MemoryStore {
         key: &'a IdempotencyKey,
         now: Timestamp,
     ) -> StoreFuture<'a, Option<Record>> {
+        self.count();
         let mut state = self.lock();
         ready(Self::live(&mut state, key, now).cloned())
     }
 
     fn release_on_drop(&self, key: &IdempotencyKey, owner: OwnerToken) {
+        self.count();
         self.release_now(key, owner);
     }
 
@@ -223,5 +240,9 @@ impl Store for MemoryStore {
 
     fn backend(&self) -> &'static str {
         "memory"
+    }
+
+    fn round_trips(&self) -> Option<u64> {
+        Some(self.round_trips.load(Ordering::Relaxed))
     }
 }

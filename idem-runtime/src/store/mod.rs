@@ -283,4 +283,37 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 
     /// The backend's name for errors and logs.
     fn backend(&self) -> &'static str;
+
+    /// How many round trips this store has made to its backend since it was created, or
+    /// `None` if the store does not count them (the default). Clones of a store share one
+    /// counter. The count only grows (wrapping at `u64::MAX`); measure an operation as the
+    /// difference of two readings.
+    ///
+    /// One round trip is, per backend:
+    ///
+    /// - **Redis**: one command sent on the connection and its reply. An operation is one
+    ///   `EVALSHA` (a read one `HMGET`); when the server does not know the script yet
+    ///   (`NOSCRIPT`, after a restart or `SCRIPT FLUSH`) the store sends `SCRIPT LOAD` and
+    ///   the `EVALSHA` again: 3 round trips. A command that fails because the server cannot
+    ///   be reached counts too (it was attempted). Commands run *inside* a script on the
+    ///   server are not round trips. Connecting (and reconnecting) is not counted.
+    /// - **PostgreSQL**: one statement exchange with the server (bind/execute/sync of a
+    ///   prepared statement, or one simple-query batch), plus one for preparing a statement
+    ///   the pooled connection has not prepared yet (each statement is prepared once per
+    ///   connection). The schema set-up on a store's first use counts its statements
+    ///   (`BEGIN`, the advisory lock, the creation batch, the version read and write,
+    ///   `COMMIT`). Opening and authenticating pooled connections is not counted.
+    /// - **SQLite**: one transaction or single statement against the file (a claim is one
+    ///   `BEGIN IMMEDIATE` … `COMMIT` transaction; take over, complete, release, read and
+    ///   `SqliteStore::collect_garbage` one statement each). Opening the file and creating
+    ///   the schema is not counted.
+    /// - **memory**: one store operation (claim, take over, complete, release, read, or a
+    ///   release on drop), so that the protocol's counts compare across stores. Subscribing
+    ///   to a key's change signal ([`watch`](Store::watch)) is not an operation.
+    ///
+    /// With any of these stores a first execution of a key costs 2 (claim, complete) and a
+    /// replay 1 (claim), once scripts and statements are known to the server (S2, S3).
+    fn round_trips(&self) -> Option<u64> {
+        None
+    }
 }

@@ -43,10 +43,14 @@
 //! # Operations (S2, S6, S8)
 //!
 //! - claim: one statement,
-//!   `WITH ins AS (INSERT … ON CONFLICT (key) DO UPDATE … WHERE records.expires_at <= now
-//!   RETURNING …) SELECT … FROM ins UNION ALL SELECT … FROM records WHERE key = $1 AND
-//!   expires_at > now AND NOT EXISTS (SELECT 1 FROM ins)`: inserts if the key is absent or
-//!   expired, and otherwise returns the live row, in one round trip. The one case it
+//!   `WITH live AS (SELECT … FROM records WHERE key = $1 AND expires_at > now), ins AS
+//!   (INSERT … SELECT … WHERE NOT EXISTS (SELECT 1 FROM live) ON CONFLICT (key) DO UPDATE
+//!   … WHERE records.expires_at <= now RETURNING …) SELECT … FROM ins UNION ALL SELECT …
+//!   FROM live WHERE NOT EXISTS (SELECT 1 FROM ins)`: inserts if the key is absent or
+//!   expired, and otherwise returns the live row, in one round trip. When the statement's
+//!   snapshot already shows a live row (a replay, a waiting duplicate) the insert is not
+//!   attempted at all, so the statement writes nothing, takes no transaction id and its
+//!   commit waits for no WAL flush: a replay is a plain read. The one case it
 //!   cannot answer is a race with a concurrent first claim of the same key that committed
 //!   after this statement's snapshot: the insert waited for it and wrote nothing, and the
 //!   snapshot does not show the row. Then the store reads the row in a second statement
@@ -59,6 +63,10 @@
 //!
 //! Each statement is prepared once per pooled connection and then costs one round trip:
 //! a first execution costs two (claim, complete), a replay one (claim).
+//! [`Store::round_trips`] counts every statement exchange, including each prepare of a
+//! statement that the connection has not prepared yet and the schema set-up statements
+//! (`BEGIN`, advisory lock, creation batch, version read and write, `COMMIT`); opening and
+//! authenticating a pooled connection is not counted. Clones share the count.
 //!
 //! # Outages and timeouts (S10)
 //!
@@ -94,7 +102,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use futures_util::future::{select, Either};
 use tokio::sync::OnceCell;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{NoTls, Row};
+use tokio_postgres::{NoTls, Row, SimpleQueryMessage};
 
 use super::in_flight::{self, Undo};
 use super::{
@@ -204,6 +212,8 @@ struct Inner {
     sql: Statements,
     ready: OnceCell<()>,
     claims: AtomicU64,
+    /// Statement exchanges with the server ([`Store::round_trips`]).
+    round_trips: AtomicU64,
 }
 
 /// The statements, with the schema name spliced in once.
@@ -211,6 +221,7 @@ struct Statements {
     setup_meta: String,
     read_version: String,
     create_records: String,
+    lock: String,
     write_version: String,
     claim: String,
     read_live: String,
@@ -248,14 +259,19 @@ impl Statements {
                  );
                  CREATE INDEX IF NOT EXISTS records_expires_at ON {s}.records (expires_at);"
             ),
+            lock: format!("SELECT pg_advisory_xact_lock(hashtext('idem schema {schema}'))"),
             write_version: format!(
-                "INSERT INTO {s}.meta (name, value) VALUES ('schema_version', $1)"
+                "INSERT INTO {s}.meta (name, value) VALUES ('schema_version', {POSTGRES_SCHEMA_VERSION})"
             ),
             claim: format!(
-                "WITH ins AS (
+                "WITH live AS (
+                    SELECT {row} FROM {s}.records WHERE key = $1 AND expires_at > $3
+                 ),
+                 ins AS (
                     INSERT INTO {s}.records AS r
                         (key, fingerprint, created_at, expires_at, owner, lease_until)
-                    VALUES ($1, $2, $3, $4, $5, $6)
+                    SELECT $1::TEXT, $2::TEXT, $3::BIGINT, $4::BIGINT, $5::TEXT, $6::BIGINT
+                    WHERE NOT EXISTS (SELECT 1 FROM live)
                     ON CONFLICT (key) DO UPDATE SET
                         fingerprint = EXCLUDED.fingerprint,
                         created_at = EXCLUDED.created_at,
@@ -271,8 +287,7 @@ impl Statements {
                         NULL::BIGINT, NULL::TEXT, NULL::BIGINT
                  FROM ins
                  UNION ALL
-                 SELECT FALSE, {row} FROM {s}.records
-                 WHERE key = $1 AND expires_at > $3 AND NOT EXISTS (SELECT 1 FROM ins)"
+                 SELECT FALSE, {row} FROM live WHERE NOT EXISTS (SELECT 1 FROM ins)"
             ),
             read_live: format!(
                 "SELECT FALSE, {row} FROM {s}.records WHERE key = $1 AND expires_at > $2"
@@ -358,6 +373,7 @@ impl PostgresStore {
                 sql: Statements::new(schema),
                 ready: OnceCell::new(),
                 claims: AtomicU64::new(0),
+                round_trips: AtomicU64::new(0),
             }),
         })
     }
@@ -385,6 +401,7 @@ impl PostgresStore {
             move |inner| async move {
                 let client = inner.client().await?;
                 let stmt = inner.prepare(&client, &inner.sql.collect_all).await?;
+                inner.count();
                 client
                     .execute(&stmt, &[&to_sql(now)])
                     .await
@@ -487,6 +504,11 @@ async fn bounded<T>(
 }
 
 impl Inner {
+    /// Counts one statement exchange ([`Store::round_trips`]).
+    fn count(&self) {
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// A pooled connection, creating the schema first if this store has not yet.
     async fn client(&self) -> Result<deadpool_postgres::Client, StoreError> {
         let mut client = self.pool.get().await.map_err(|e| {
@@ -504,31 +526,54 @@ impl Inner {
 
     /// Creates the schema if absent, checks its version (see the module documentation).
     async fn set_up(&self, client: &mut deadpool_postgres::Client) -> Result<(), StoreError> {
+        // Simple queries only (the schema name is a checked identifier, the version a
+        // constant): one round trip each, no one-off prepared statements.
         let failed = |e| self.db_error("create the schema", e);
+        self.count();
         let tx = client.transaction().await.map_err(failed)?;
         // Serialises concurrent first uses of one schema name, across processes.
-        tx.execute(
-            "SELECT pg_advisory_xact_lock(hashtext($1))",
-            &[&format!("idem schema {}", self.schema)],
-        )
-        .await
-        .map_err(failed)?;
+        self.count();
+        tx.batch_execute(&self.sql.lock).await.map_err(failed)?;
+        self.count();
         tx.batch_execute(&self.sql.setup_meta)
             .await
             .map_err(failed)?;
-        let found = tx
-            .query_opt(&self.sql.read_version, &[])
+        self.count();
+        let version = tx
+            .simple_query(&self.sql.read_version)
             .await
             .map_err(failed)?
-            .map(|row| row.try_get::<_, i64>(0))
-            .transpose()
-            .map_err(failed)?;
+            .into_iter()
+            .find_map(|message| match message {
+                SimpleQueryMessage::Row(row) => Some(row.get(0).map(str::to_owned)),
+                _ => None,
+            });
+        let found = match version {
+            None => None,
+            Some(text) => Some(
+                text.as_deref()
+                    .and_then(|text| text.parse::<i64>().ok())
+                    .ok_or_else(|| {
+                        StoreError::new(
+                            BACKEND,
+                            StoreErrorKind::Corrupt,
+                            format!(
+                                "the PostgreSQL store at {} has an unreadable schema version \
+                                 {text:?} in schema {}",
+                                self.url, self.schema
+                            ),
+                        )
+                    })?,
+            ),
+        };
         match found {
             None => {
+                self.count();
                 tx.batch_execute(&self.sql.create_records)
                     .await
                     .map_err(failed)?;
-                tx.execute(&self.sql.write_version, &[&POSTGRES_SCHEMA_VERSION])
+                self.count();
+                tx.batch_execute(&self.sql.write_version)
                     .await
                     .map_err(failed)?;
             }
@@ -545,6 +590,7 @@ impl Inner {
                 ))
             }
         }
+        self.count();
         tx.commit().await.map_err(failed)
     }
 
@@ -553,10 +599,15 @@ impl Inner {
         client: &deadpool_postgres::Client,
         sql: &str,
     ) -> Result<tokio_postgres::Statement, StoreError> {
-        client
-            .prepare_cached(sql)
-            .await
-            .map_err(|e| self.db_error("prepare a statement", e))
+        // A cached statement costs nothing; otherwise preparing is one round trip (the
+        // statements use built-in types only, so no type lookups follow). A cache lookup
+        // cannot fail, so an error means a prepare was attempted.
+        let cached = client.statement_cache.size();
+        let prepared = client.prepare_cached(sql).await;
+        if prepared.is_err() || client.statement_cache.size() != cached {
+            self.count();
+        }
+        prepared.map_err(|e| self.db_error("prepare a statement", e))
     }
 
     async fn execute(
@@ -567,6 +618,7 @@ impl Inner {
     ) -> Result<u64, StoreError> {
         let client = self.client().await?;
         let stmt = self.prepare(&client, sql).await?;
+        self.count();
         client
             .execute(&stmt, params)
             .await
@@ -583,8 +635,8 @@ impl Inner {
         let [now, lease_until, expires_at] = times;
         let client = self.client().await?;
         let claim = self.prepare(&client, &self.sql.claim).await?;
-        let read = self.prepare(&client, &self.sql.read_live).await?;
         for _ in 0..CLAIM_ATTEMPTS {
+            self.count();
             let rows = client
                 .query(
                     &claim,
@@ -596,6 +648,8 @@ impl Inner {
                 return self.decode_claim(key, row);
             }
             // Raced with a concurrent first claim committed after the snapshot: read it.
+            let read = self.prepare(&client, &self.sql.read_live).await?;
+            self.count();
             let rows = client
                 .query(&read, &[&key, &now])
                 .await
@@ -628,6 +682,7 @@ impl Inner {
     async fn read(&self, key: &str, now: i64) -> Result<Option<Record>, StoreError> {
         let client = self.client().await?;
         let stmt = self.prepare(&client, &self.sql.read_live).await?;
+        self.count();
         let row = client
             .query_opt(&stmt, &[&key, &now])
             .await
@@ -903,6 +958,10 @@ impl Store for PostgresStore {
 
     fn backend(&self) -> &'static str {
         BACKEND
+    }
+
+    fn round_trips(&self) -> Option<u64> {
+        Some(self.inner.round_trips.load(Ordering::Relaxed))
     }
 }
 

@@ -44,9 +44,11 @@
 //!
 //! # Round trips
 //!
-//! A claim is one round trip (`EVALSHA`), a completion one, a read one. The first time a
-//! server sees a script (after a restart or `SCRIPT FLUSH`) it answers `NOSCRIPT` and the
-//! client loads the script and retries: three round trips, once per script.
+//! A claim is one round trip (`EVALSHA`), a completion one, a read one (`HMGET`). The
+//! first time a server sees a script (after a restart or `SCRIPT FLUSH`) it answers
+//! `NOSCRIPT` and the store sends `SCRIPT LOAD` and the `EVALSHA` again: three round
+//! trips, once per script and server. [`Store::round_trips`] counts every command the
+//! store sends (clones share the count), so a first execution counts 2 and a replay 1.
 //!
 //! # Outages (S10)
 //!
@@ -78,11 +80,12 @@
 
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Script, Value};
+use redis::{ErrorKind, Script, ServerErrorKind, Value};
 
 use std::sync::Arc;
 
@@ -249,6 +252,8 @@ pub struct RedisStore {
     conn: ConnectionManager,
     prefix: String,
     url: String,
+    /// Commands sent ([`Store::round_trips`]), shared by clones.
+    round_trips: Arc<AtomicU64>,
 }
 
 impl RedisStore {
@@ -306,6 +311,7 @@ impl RedisStore {
             conn,
             prefix: DEFAULT_PREFIX.to_owned(),
             url,
+            round_trips: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -331,7 +337,9 @@ impl RedisStore {
         format!("{}rec:{}", self.prefix, key.as_str())
     }
 
-    /// Runs one script invocation on the connection; `what` names the operation in errors.
+    /// Runs one script invocation on the connection: `EVALSHA`, and on `NOSCRIPT`
+    /// `SCRIPT LOAD` and `EVALSHA` again, counting each command sent as a round trip.
+    /// `what` names the operation in errors.
     fn eval(
         &self,
         what: &'static str,
@@ -341,16 +349,27 @@ impl RedisStore {
     ) -> impl Future<Output = Result<Value, StoreError>> + Send + 'static {
         let mut conn = self.conn.clone();
         let url = self.url.clone();
+        let round_trips = Arc::clone(&self.round_trips);
         async move {
-            let mut invocation = script.key(redis_key);
-            for arg in &args {
-                invocation.arg(arg);
+            let mut evalsha = redis::cmd("EVALSHA");
+            evalsha
+                .arg(script.get_hash())
+                .arg(1)
+                .arg(redis_key)
+                .arg(args);
+            match send(&mut conn, &evalsha, &round_trips).await {
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    round_trips.fetch_add(1, Ordering::Relaxed);
+                    script
+                        .load_async(&mut conn)
+                        .await
+                        .map_err(|e| redis_error(&url, what, e))?;
+                    send(&mut conn, &evalsha, &round_trips)
+                        .await
+                        .map_err(|e| redis_error(&url, what, e))
+                }
+                result => result.map_err(|e| redis_error(&url, what, e)),
             }
-            let mut reply = invocation.invoke_async::<Value>(&mut conn).await;
-            if matches!(&reply, Err(e) if never_sent(e)) {
-                reply = invocation.invoke_async::<Value>(&mut conn).await;
-            }
-            reply.map_err(|e| redis_error(&url, what, e))
         }
     }
 
@@ -499,6 +518,24 @@ fn redact(url: &str) -> String {
 /// that attempt: service resumes with the first call after the server is back.
 fn never_sent(e: &redis::RedisError) -> bool {
     e.is_connection_refusal()
+}
+
+/// Sends `cmd`, and once more if the connection manager refused it without sending it
+/// ([`never_sent`]); counts each command that reached the server's connection as one round
+/// trip.
+async fn send(
+    conn: &mut ConnectionManager,
+    cmd: &redis::Cmd,
+    round_trips: &AtomicU64,
+) -> redis::RedisResult<Value> {
+    let mut reply = cmd.query_async::<Value>(conn).await;
+    if matches!(&reply, Err(e) if never_sent(e)) {
+        reply = cmd.query_async::<Value>(conn).await;
+    }
+    if !matches!(&reply, Err(e) if never_sent(e)) {
+        round_trips.fetch_add(1, Ordering::Relaxed);
+    }
+    reply
 }
 
 fn redis_error(url: &str, what: &str, e: redis::RedisError) -> StoreError {
@@ -664,13 +701,12 @@ impl Store for RedisStore {
         let mut cmd = redis::cmd("HMGET");
         cmd.arg(self.record_key(key)).arg(&FIELDS[..]);
         let key = key.clone();
+        let round_trips = Arc::clone(&self.round_trips);
         self.run(
             async move {
-                let mut reply = cmd.query_async::<Value>(&mut conn).await;
-                if matches!(&reply, Err(e) if never_sent(e)) {
-                    reply = cmd.query_async::<Value>(&mut conn).await;
-                }
-                let reply = reply.map_err(|e| redis_error(&store.url, "read", e))?;
+                let reply = send(&mut conn, &cmd, &round_trips)
+                    .await
+                    .map_err(|e| redis_error(&store.url, "read", e))?;
                 Ok(store
                     .decode(&key, reply)?
                     .filter(|record| record.expires_at > now))
@@ -694,6 +730,7 @@ impl Store for RedisStore {
             .arg(self.record_key(key))
             .arg(owner_hex(owner));
         let (mut conn, key) = (self.conn.clone(), key.clone());
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
         let mut release = Box::pin(async move {
             if let Err(error) = cmd.query_async::<Value>(&mut conn).await {
                 tracing::warn!(key = %key, %error, "could not release the claim; it lapses with its lease");
@@ -709,6 +746,10 @@ impl Store for RedisStore {
 
     fn backend(&self) -> &'static str {
         BACKEND
+    }
+
+    fn round_trips(&self) -> Option<u64> {
+        Some(self.round_trips.load(Ordering::Relaxed))
     }
 }
 

@@ -234,6 +234,8 @@ struct Inner {
     conn: Mutex<Connection>,
     path: PathBuf,
     claims: AtomicU64,
+    /// Transactions and statements run against the file ([`Store::round_trips`]).
+    round_trips: AtomicU64,
 }
 
 /// `PRAGMA journal_mode = WAL`, retried while the file is busy, for up to [`BUSY_TIMEOUT`].
@@ -352,6 +354,7 @@ impl SqliteStore {
                 conn: Mutex::new(conn),
                 path,
                 claims: AtomicU64::new(0),
+                round_trips: AtomicU64::new(0),
             }),
         })
     }
@@ -419,6 +422,8 @@ impl Inner {
         // A panic while the lock was held cannot leave a half-applied change: every write
         // is one statement or one transaction, which SQLite rolls back if not committed.
         let mut conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+        // Every `op` is one transaction or one statement: one round trip.
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
         op(&mut conn, &self.path)
     }
 }
@@ -668,5 +673,9 @@ impl Store for SqliteStore {
 
     fn backend(&self) -> &'static str {
         BACKEND
+    }
+
+    fn round_trips(&self) -> Option<u64> {
+        Some(self.inner.round_trips.load(Ordering::Relaxed))
     }
 }

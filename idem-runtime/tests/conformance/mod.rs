@@ -136,6 +136,8 @@ macro_rules! conformance_suite {
                 store_release_compares_the_owner,
                 store_keeps_any_envelope_text_verbatim,
                 store_handles_extreme_timestamps,
+                first_execution_costs_two_round_trips_and_a_replay_one,
+                round_trips_are_counted_for_every_operation_and_shared_by_the_engine,
             );
             multi_thread_tests!(
                 sixty_four_concurrent_async_callers_run_the_body_once,
@@ -178,6 +180,142 @@ pub async fn second_call_replays_the_first_outcome_without_running_the_body(make
     assert_eq!(second.expires_at, first.created_at.saturating_add(spec.ttl));
     assert_eq!(h.log.len(), 1);
     assert_eq!(h.log.count_for(&first.key), 1);
+}
+
+/// The store's round-trip count now; every backend of the suite counts them.
+fn round_trips(h: &Harness) -> u64 {
+    h.store
+        .round_trips()
+        .unwrap_or_else(|| panic!("the {} store counts round trips", h.store.backend()))
+}
+
+// pins S2, S3 and issue 3 item 4: once the store's scripts/statements are known (one
+// warm-up call), a first execution of a new key costs exactly 2 round trips (claim,
+// complete) and a replay exactly 1 (claim), measured as deltas of `Store::round_trips`
+pub async fn first_execution_costs_two_round_trips_and_a_replay_one(make: Factory) {
+    let h = harness(make);
+    let ctx = h.ctx("conv_round_trips");
+    let spec = default_spec();
+    assert_eq!(refund(spec, &ctx, &h.log, 1).await, Ok(100)); // warm-up
+    assert_eq!(refund(spec, &ctx, &h.log, 1).await, Ok(100)); // warm-up replay
+    for order in 2..6 {
+        let before = round_trips(&h);
+        assert_eq!(refund(spec, &ctx, &h.log, order).await, Ok(order * 100));
+        assert_eq!(
+            ctx.last_outcome().expect("outcome").status,
+            CallStatus::Executed
+        );
+        let first = round_trips(&h) - before;
+        assert_eq!(
+            first, 2,
+            "first execution of order {order}: claim + complete"
+        );
+        let before = round_trips(&h);
+        assert_eq!(refund(spec, &ctx, &h.log, order).await, Ok(order * 100));
+        assert_eq!(
+            ctx.last_outcome().expect("outcome").status,
+            CallStatus::Replayed
+        );
+        let replay = round_trips(&h) - before;
+        assert_eq!(replay, 1, "replay of order {order}: one claim");
+    }
+    assert_eq!(h.log.len(), 5, "each order ran once");
+}
+
+// pins S2, S4, S6 and issue 3 item 4: every store operation is counted (read, release,
+// take over, a fenced completion), a retryable error costs claim + release, and the
+// engine's store is the same counter
+pub async fn round_trips_are_counted_for_every_operation_and_shared_by_the_engine(make: Factory) {
+    let h = harness(make);
+    let (key, owner, other) = (test_key(41), OwnerToken::random(), OwnerToken::random());
+    let fp = fingerprint(1);
+    // warm-up: every statement/script once
+    let warm = test_key(40);
+    let warm_owner = OwnerToken::random();
+    assert_eq!(
+        h.store
+            .claim(claim_req(
+                &warm,
+                &fp,
+                warm_owner,
+                at(1_000),
+                at(2_000),
+                at(90_000)
+            ))
+            .await,
+        Ok(Claim::Acquired)
+    );
+    let lapsed = TakeoverRequest {
+        key: &warm,
+        seen_owner: warm_owner,
+        seen_lease_until: at(2_000),
+        owner: other,
+        now: at(2_000),
+        lease_until: at(3_000),
+        expires_at: at(90_000),
+    };
+    assert_eq!(h.store.take_over(lapsed).await, Ok(true));
+    let envelope = Envelope::from_stored("{\"ok\":1}".to_owned());
+    assert_eq!(
+        h.store.complete(&warm, other, &envelope, at(2_500)).await,
+        Ok(Completion::Saved)
+    );
+    assert!(h.store.read(&warm, at(2_500)).await.unwrap().is_some());
+    assert_eq!(h.store.release(&warm, owner).await, Ok(false));
+
+    let start = round_trips(&h);
+    let engine_store = h.engine.store().clone();
+    assert_eq!(engine_store.round_trips(), Some(start), "one counter");
+    assert_eq!(
+        h.store
+            .claim(claim_req(
+                &key,
+                &fp,
+                owner,
+                at(1_000),
+                at(2_000),
+                at(90_000)
+            ))
+            .await,
+        Ok(Claim::Acquired)
+    );
+    assert_eq!(round_trips(&h), start + 1, "claim");
+    assert!(h.store.read(&key, at(1_500)).await.unwrap().is_some());
+    assert_eq!(round_trips(&h), start + 2, "read");
+    let takeover = TakeoverRequest {
+        key: &key,
+        seen_owner: owner,
+        seen_lease_until: at(2_000),
+        owner: other,
+        now: at(2_000),
+        lease_until: at(3_000),
+        expires_at: at(90_000),
+    };
+    assert_eq!(h.store.take_over(takeover).await, Ok(true));
+    assert_eq!(round_trips(&h), start + 3, "take over");
+    assert_eq!(
+        h.store.complete(&key, owner, &envelope, at(2_100)).await,
+        Ok(Completion::Fenced)
+    );
+    assert_eq!(
+        round_trips(&h),
+        start + 4,
+        "a fenced completion still asked"
+    );
+    assert_eq!(h.store.release(&key, other).await, Ok(true));
+    assert_eq!(round_trips(&h), start + 5, "release");
+    assert_eq!(engine_store.round_trips(), Some(start + 5), "one counter");
+
+    // a retryable error: claim, then release (S4)
+    let ctx = h.ctx("conv_round_trips_retryable");
+    let before = round_trips(&h);
+    let p = prepare(default_spec(), Some(&ctx), |a| {
+        a.key("order", &9u64).map(drop)
+    })
+    .unwrap();
+    let out: Result<u64, ToolError> = p.run(async { Err(ToolError::retryable("busy")) }).await;
+    assert!(out.is_err());
+    assert_eq!(round_trips(&h) - before, 2, "claim + release");
 }
 
 // pins S1: absent → in progress (owner, lease) → completed

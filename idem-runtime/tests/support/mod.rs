@@ -199,6 +199,9 @@ impl Store for FaultyStore {
     fn watch(&self, key: &IdempotencyKey) -> Option<ChangeSignal> {
         self.inner.watch(key)
     }
+    fn round_trips(&self) -> Option<u64> {
+        self.inner.round_trips()
+    }
     fn backend(&self) -> &'static str {
         "faulty"
     }
