@@ -744,6 +744,10 @@ impl Store for RedisStore {
         }
     }
 
+    fn needs_runtime_io(&self) -> bool {
+        true
+    }
+
     fn backend(&self) -> &'static str {
         BACKEND
     }
