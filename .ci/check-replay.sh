@@ -18,13 +18,16 @@ for file in "${transcripts[@]}"; do
   [ "$(field executions "$plain")" = "$(field executions "$lost")" ] || fail "$file: executions changed when responses were lost"
   [ "$(field calls "$plain")" = "$(field attempts "$plain")" ] || fail "$file: retries without lost responses"
   [ "$(field attempts "$lost")" = $((2 * $(field calls "$lost"))) ] || fail "$file: expected two attempts per call when the first response is lost"
+  # Issue 3 item 4: a first execution costs 2 store round trips, a replay 1.
+  [ "$(field round_trips "$plain")" = $((2 * $(field executions "$plain") + $(field replays "$plain"))) ] || fail "$file: round trips are not 2 per execution + 1 per replay: $plain"
+  [ "$(field round_trips "$lost")" = $(($(field round_trips "$plain") + $(field calls "$lost"))) ] || fail "$file: each retry after a lost response should cost exactly 1 round trip (a replay): $lost"
 done
 
 all=$("$replay" "${transcripts[@]}" | tail -n 1)
-expected='{"files":10,"turns":11,"calls":19,"executions":17,"replays":2,"attempts":19,"errors":0}'
+expected='{"files":10,"turns":11,"calls":19,"executions":17,"replays":2,"attempts":19,"errors":0,"round_trips":36}'
 [ "$all" = "$expected" ] || fail "all transcripts: got $all, expected $expected"
 all_lost=$("$replay" --lose-first-response "${transcripts[@]}" | tail -n 1)
-expected_lost='{"files":10,"turns":11,"calls":19,"executions":17,"replays":2,"attempts":38,"errors":0}'
+expected_lost='{"files":10,"turns":11,"calls":19,"executions":17,"replays":2,"attempts":38,"errors":0,"round_trips":55}'
 [ "$all_lost" = "$expected_lost" ] || fail "all transcripts, lost first responses: got $all_lost, expected $expected_lost"
 
 gemini=$("$replay" examples/transcripts/gemini-identical-calls-no-id.json | tail -n 1)
@@ -61,4 +64,5 @@ echo "persistence, first run:  $first"
 echo "persistence, second run: $second"
 [ "$(field executions "$first")" = 17 ] || fail "persistence first run: $first"
 [ "$(field executions "$second")" = 0 ] && [ "$(field replays "$second")" = 19 ] && [ "$(field errors "$second")" = 0 ] || fail "persistence second run: $second"
+[ "$(field round_trips "$second")" = 19 ] || fail "persistence second run: a replay should cost 1 round trip: $second"
 echo "check-replay: all counts as expected"

@@ -168,6 +168,7 @@ struct Summary {
     replays: usize,
     attempts: usize,
     errors: usize,
+    round_trips: Option<u64>,
 }
 
 fn read_turns(path: &PathBuf) -> Result<Vec<Turn>, String> {
@@ -234,6 +235,7 @@ async fn run(options: Options) -> (Summary, bool) {
             return (summary, false);
         }
     };
+    let round_trips_before = engine.store().round_trips();
     let mut builder = Dispatcher::builder()
         .retry(RetryPolicy::new())
         .engine(engine.clone());
@@ -284,6 +286,11 @@ async fn run(options: Options) -> (Summary, bool) {
         }
     }
     summary.executions = EFFECTS.len();
+    summary.round_trips = engine
+        .store()
+        .round_trips()
+        .zip(round_trips_before)
+        .map(|(after, before)| after - before);
     (summary, all_read)
 }
 
