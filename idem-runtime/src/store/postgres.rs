@@ -105,6 +105,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row, SimpleQueryMessage};
 
 use super::in_flight::{self, Undo};
+use super::locator::redact_url as redact;
 use super::{
     Claim, ClaimRequest, Completion, OwnerToken, Record, RecordState, Store, StoreError,
     StoreErrorKind, StoreFuture, TakeoverRequest,
@@ -767,39 +768,6 @@ fn valid_schema(schema: &str) -> bool {
     matches!(chars.next(), Some('a'..='z' | '_'))
         && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_'))
         && schema.len() <= 63
-}
-
-/// `url` with its password replaced by `***` (URL form `user:password@` and key-value
-/// form `password=…`).
-fn redact(url: &str) -> String {
-    if let Some(scheme_end) = url.find("://") {
-        let rest = &url[scheme_end + 3..];
-        let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-        let authority = &rest[..authority_end];
-        let Some(at) = authority.rfind('@') else {
-            return url.to_owned();
-        };
-        let userinfo = &authority[..at];
-        let Some(colon) = userinfo.find(':') else {
-            return url.to_owned();
-        };
-        return format!(
-            "{}{}:***{}",
-            &url[..scheme_end + 3],
-            &userinfo[..colon],
-            &rest[at..]
-        );
-    }
-    url.split(' ')
-        .map(|part| {
-            if part.starts_with("password=") {
-                "password=***"
-            } else {
-                part
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 /// A timestamp as a BIGINT (ms), saturating at `i64::MAX`.

@@ -90,6 +90,7 @@ use redis::{ErrorKind, Script, ServerErrorKind, Value};
 use std::sync::Arc;
 
 use super::in_flight::{self, Undo};
+use super::locator::redact_url as redact;
 use super::{
     Claim, ClaimRequest, Completion, OwnerToken, Record, RecordState, Store, StoreError,
     StoreErrorKind, StoreFuture, TakeoverRequest,
@@ -490,25 +491,6 @@ fn config() -> ConnectionManagerConfig {
         .set_connection_timeout(Some(TIMEOUT))
         .set_response_timeout(Some(TIMEOUT))
         .set_number_of_retries(2)
-}
-
-/// `url` with the password of its user-info part replaced by `***`.
-fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((user_info, host)) => {
-            let user = user_info
-                .split_once(':')
-                .map_or(user_info, |(user, _)| user);
-            let hidden = if user_info.contains(':') { ":***" } else { "" };
-            format!("{scheme}://{user}{hidden}@{host}{path}")
-        }
-        None => url.to_owned(),
-    }
 }
 
 /// Whether `e` says the connection could not be made, so the command was never sent and
