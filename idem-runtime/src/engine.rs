@@ -11,6 +11,16 @@
 //! 3. the process-wide default ([`default_engine`]): the one given to
 //!    [`set_default_engine`], else the store named by the `IDEM_STORE` environment
 //!    variable (read once, on first use), else the in-memory store.
+//!
+//! Stores opened from a locator (`IDEM_STORE`, `store = "…"`) are kept for the life of the
+//! process, one per locator text. Two consequences: a Redis or PostgreSQL store opened this
+//! way connects inside the tokio runtime of its first call, and the Redis connection stays
+//! bound to that runtime (a process that builds several runtimes in turn, as
+//! `#[tokio::test]` does, sees the first call on each later runtime fail with an
+//! `Unavailable` store error; give such code an engine per runtime with
+//! [`CallContext::with_engine`](crate::CallContext::with_engine)); and an SQLite store named
+//! by a tool is opened on the thread of that tool's first call, which waits for the file's
+//! lock (up to the 5 s busy timeout) if another connection holds it then.
 
 use std::collections::HashMap;
 use std::fmt;
