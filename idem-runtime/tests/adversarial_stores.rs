@@ -424,6 +424,75 @@ fn assert_corrupt_error(
     }
 }
 
+/// A memory store whose take-over compare-and-set never matches, as a store whose stored
+/// owner never equals the owner it returned would behave.
+#[derive(Debug)]
+struct RefusingTakeovers {
+    inner: Arc<dyn Store>,
+    takeovers: AtomicUsize,
+}
+
+impl Store for RefusingTakeovers {
+    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> idem_runtime::store::StoreFuture<'a, Claim> {
+        self.inner.claim(req)
+    }
+    fn take_over<'a>(
+        &'a self,
+        _: TakeoverRequest<'a>,
+    ) -> idem_runtime::store::StoreFuture<'a, bool> {
+        self.takeovers.fetch_add(1, Ordering::SeqCst);
+        Box::pin(std::future::ready(Ok(false)))
+    }
+    fn complete<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        owner: OwnerToken,
+        outcome: &'a Envelope,
+        now: Timestamp,
+    ) -> idem_runtime::store::StoreFuture<'a, Completion> {
+        self.inner.complete(key, owner, outcome, now)
+    }
+    fn release<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        owner: OwnerToken,
+    ) -> idem_runtime::store::StoreFuture<'a, bool> {
+        self.inner.release(key, owner)
+    }
+    fn read<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        now: Timestamp,
+    ) -> idem_runtime::store::StoreFuture<'a, Option<idem_runtime::store::Record>> {
+        self.inner.read(key, now)
+    }
+    fn backend(&self) -> &'static str {
+        "refusing"
+    }
+}
+
+// pins S5 (the wait is bounded, no busy loop): a lapsed record whose take-over keeps failing
+// (the compare-and-set never matches what the claim returned) makes the call answer
+// InProgress once its wait bound (0 ms) has passed, after a bounded number of take-overs,
+// without running the body.
+#[tokio::test]
+async fn failing_takeovers_never_spin() {
+    let refusing = Arc::new(RefusingTakeovers {
+        inner: Arc::new(idem_runtime::MemoryStore::new()),
+        takeovers: AtomicUsize::new(0),
+    });
+    let (out, claims, runs) = call_on_rewritten_record(refusing.clone(), |_| async {}).await;
+    assert_eq!(runs, 0, "the body ran without a claim");
+    let takeovers = refusing.takeovers.load(Ordering::SeqCst);
+    match out {
+        Some(Err(idem_runtime::ToolError::Idem(idem_runtime::Error::InProgress { .. }))) => {}
+        Some(other) => panic!("expected InProgress, got {other:?}"),
+        None => panic!("the call spun through {claims} claims and {takeovers} take-overs"),
+    }
+    assert!(takeovers <= 2, "{takeovers} take-overs before answering");
+    assert!(claims <= 3, "{claims} claims before answering");
+}
+
 #[cfg(feature = "sqlite")]
 mod sqlite {
     use super::*;
@@ -493,7 +562,6 @@ mod sqlite {
     // the column with the lower-case text and never matches: the call loops claim → take over
     // → claim … for ever, past its wait bound, burning a core.
     #[tokio::test]
-    #[ignore = "BUG: an in-progress row whose owner is upper-case hex makes every call on the key spin for ever (claim/take-over loop) instead of a Corrupt error"]
     async fn non_canonical_owner_makes_the_call_spin() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("spin.sqlite3");
@@ -514,7 +582,6 @@ mod sqlite {
 
     // pins S10: the same with a '+' sign in front of 31 hex digits
     #[tokio::test]
-    #[ignore = "BUG: an in-progress row whose owner is '+' and 31 hex digits makes every call on the key spin for ever"]
     async fn signed_owner_makes_the_call_spin() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("spin.sqlite3");
@@ -665,7 +732,6 @@ mod redis_backend {
     // pins S10, S5: an in-progress record whose owner is upper-case hex spins the call (see
     // the SQLite test of the same name)
     #[tokio::test]
-    #[ignore = "BUG: an in-progress record whose owner is upper-case hex makes every call on the key spin for ever (claim/take-over loop) instead of a Corrupt error"]
     async fn non_canonical_owner_makes_the_call_spin() {
         let (prefix, _cleanup) = fresh_prefix();
         let store = RedisStore::connect(&redis_url())
@@ -785,7 +851,6 @@ mod postgres_backend {
     // pins S10, S5: an in-progress row whose owner is upper-case hex spins the call (see the
     // SQLite test of the same name)
     #[tokio::test]
-    #[ignore = "BUG: an in-progress row whose owner is upper-case hex makes every call on the key spin for ever (claim/take-over loop) instead of a Corrupt error"]
     async fn non_canonical_owner_makes_the_call_spin() {
         let schema = Schema::fresh();
         let store = Arc::new(schema.store());

@@ -74,6 +74,26 @@ impl OwnerToken {
     pub fn from_u128(raw: u128) -> Self {
         OwnerToken(raw)
     }
+
+    /// The token's stored text: exactly 32 lower-case hex digits.
+    pub fn to_hex(self) -> String {
+        format!("{:032x}", self.0)
+    }
+
+    /// Decodes a token stored as text, strictly: exactly 32 lower-case hex digits (the
+    /// form [`to_hex`](Self::to_hex) writes), so that the decoded token written back
+    /// compares equal to the stored text. Anything else (upper case, a sign, other
+    /// lengths) is `None`, which stores report as a corrupt record (S10).
+    pub fn from_hex(text: &str) -> Option<Self> {
+        let canonical = text.len() == 32
+            && text
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        canonical
+            .then(|| u128::from_str_radix(text, 16).ok())
+            .flatten()
+            .map(OwnerToken)
+    }
 }
 
 impl fmt::Debug for OwnerToken {
@@ -315,5 +335,32 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// replay 1 (claim), once scripts and statements are known to the server (S2, S3).
     fn round_trips(&self) -> Option<u64> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OwnerToken;
+
+    // pins S6, S10: owner tokens round-trip through their text, and only the canonical text
+    // (32 lower-case hex digits) decodes
+    #[test]
+    fn owner_tokens_decode_strictly() {
+        let token = OwnerToken::random();
+        assert_eq!(OwnerToken::from_hex(&token.to_hex()), Some(token));
+        let hex = OwnerToken::from_u128(0xabc).to_hex();
+        assert_eq!(hex, "00000000000000000000000000000abc");
+        for bad in [
+            "00000000000000000000000000000ABC".to_owned(),
+            format!("+{}", &hex[1..]),
+            format!("-{}", &hex[1..]),
+            hex[1..].to_owned(),
+            format!("{hex}0"),
+            format!(" {}", &hex[1..]),
+            String::new(),
+            "0000000000000000000000000000000é".to_owned(),
+        ] {
+            assert_eq!(OwnerToken::from_hex(&bad), None, "{bad:?}");
+        }
     }
 }

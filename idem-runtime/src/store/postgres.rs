@@ -709,12 +709,10 @@ impl Inner {
             .ok_or_else(|| self.corrupt(key, "fingerprint is not 64 lowercase hex digits"))?;
         let state = match (owner, lease_until, outcome, completed_at) {
             (Some(owner), Some(lease_until), None, None) => {
-                let owner = (owner.len() == 32)
-                    .then(|| u128::from_str_radix(&owner, 16).ok())
-                    .flatten()
-                    .ok_or_else(|| self.corrupt(key, "owner is not 32 hex digits"))?;
+                let owner = OwnerToken::from_hex(&owner)
+                    .ok_or_else(|| self.corrupt(key, "owner is not 32 lower-case hex digits"))?;
                 RecordState::InProgress {
-                    owner: OwnerToken::from_u128(owner),
+                    owner,
                     lease_until: time(lease_until, "lease_until")?,
                 }
             }
@@ -808,7 +806,7 @@ fn to_sql(t: Timestamp) -> i64 {
 }
 
 fn owner_to_sql(owner: OwnerToken) -> String {
-    format!("{:032x}", owner.as_u128())
+    owner.to_hex()
 }
 
 impl Store for PostgresStore {

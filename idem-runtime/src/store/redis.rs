@@ -466,8 +466,8 @@ impl RedisStore {
             .ok_or_else(|| self.corrupt(key, "fingerprint is not 64 lowercase hex digits"))?;
         let state = match (owner, lease_until, outcome, completed_at) {
             (Some(owner), lease_until @ Some(_), None, None) => RecordState::InProgress {
-                owner: owner_from_hex(&owner)
-                    .ok_or_else(|| self.corrupt(key, "owner is not 32 hex digits"))?,
+                owner: OwnerToken::from_hex(&owner)
+                    .ok_or_else(|| self.corrupt(key, "owner is not 32 lower-case hex digits"))?,
                 lease_until: time(lease_until, "lease_until")?,
             },
             (None, None, Some(outcome), completed_at @ Some(_)) => RecordState::Completed {
@@ -552,14 +552,7 @@ fn time_arg(t: Timestamp) -> String {
 }
 
 fn owner_hex(owner: OwnerToken) -> String {
-    format!("{:032x}", owner.as_u128())
-}
-
-fn owner_from_hex(hex: &str) -> Option<OwnerToken> {
-    (hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
-        .then(|| u128::from_str_radix(hex, 16).ok())
-        .flatten()
-        .map(OwnerToken::from_u128)
+    owner.to_hex()
 }
 
 /// The relative garbage deadline (ms) of a record expiring at `expires_at`, written at
