@@ -182,6 +182,9 @@ impl Store for Counting {
     fn watch(&self, key: &IdempotencyKey) -> Option<ChangeSignal> {
         self.inner.watch(key)
     }
+    fn needs_runtime_io(&self) -> bool {
+        self.inner.needs_runtime_io()
+    }
     fn backend(&self) -> &'static str {
         "counting"
     }

@@ -32,7 +32,6 @@ fn sync_refund(order: u64) -> Result<u64, ToolError> {
 // with a typed store error. Nothing reaches Redis if it hangs (the claim task never runs),
 // so there is nothing to clean up.
 #[test]
-#[ignore = "BUG: a sync #[idempotent] tool using the Redis store, called from a current-thread runtime, hangs for ever (run_blocking blocks the thread that must drive the connection and its timeout)"]
 fn sync_tool_with_redis_on_a_current_thread_runtime_answers() {
     let url =
         std::env::var("IDEM_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());

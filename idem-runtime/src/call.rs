@@ -160,13 +160,43 @@ impl PreparedCall {
     }
 
     /// [`run`](Self::run) for a sync tool: drives the protocol on this thread. Stores whose
-    /// futures are ready at once (memory, SQLite) never block on I/O here; waiting for a
-    /// concurrent duplicate blocks this thread for at most the tool's `wait`.
+    /// futures are ready at once (memory) or run on their own threads (SQLite) never block
+    /// on I/O here; waiting for a concurrent duplicate blocks this thread for at most the
+    /// tool's `wait`.
+    ///
+    /// A store whose futures need a tokio runtime's I/O driver
+    /// ([`Store::needs_runtime_io`]: PostgreSQL, Redis) cannot be waited for on a thread
+    /// that runtime needs. On a multi-thread runtime the wait moves off the worker
+    /// (`tokio::task::block_in_place`); on a current-thread runtime, where the blocked
+    /// thread is the only one that could drive the I/O, the call is refused with a
+    /// [`StoreErrorKind::Unsupported`](crate::StoreErrorKind::Unsupported) store error and
+    /// the body does not run (S10). Outside any runtime the store itself refuses the same way.
     pub fn run_blocking<T, E>(self, body: impl FnOnce() -> Result<T, E>) -> Result<T, E>
     where
         T: Serialize + DeserializeOwned,
         E: IdempotentError,
     {
+        if self.engine.store().needs_runtime_io() {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                if runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread {
+                    return tokio::task::block_in_place(|| {
+                        runtime.block_on(self.run(async move { body() }))
+                    });
+                }
+                let backend = self.engine.store().backend();
+                let refused = StoreError::new(
+                    backend,
+                    crate::StoreErrorKind::Unsupported,
+                    format!(
+                        "a sync tool cannot use the {backend} store on a current-thread tokio \
+                         runtime: waiting for the store would block the only thread that \
+                         drives its I/O; make the tool async, call it from \
+                         tokio::task::spawn_blocking, or use a multi-thread runtime"
+                    ),
+                );
+                return Err(E::from(self.store_error(refused)));
+            }
+        }
         pollster::block_on(self.run(async move { body() }))
     }
 

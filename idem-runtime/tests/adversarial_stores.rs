@@ -1306,7 +1306,6 @@ fn sqlite_sync_tool_inside_a_current_thread_runtime_answers() {
 #[cfg(feature = "redis")]
 // pins S10, issue 3 item 1: Redis from a sync tool inside a current-thread runtime
 #[test]
-#[ignore = "BUG: run_blocking (pollster) blocks the only executor thread while the Redis store's I/O and its 5 s timeout need that thread: the call hangs for ever (no error, no timeout)"]
 fn redis_sync_tool_inside_a_current_thread_runtime_answers() {
     let (prefix, _cleanup) = redis_backend::fresh_prefix();
     assert_answers(sync_call_in_current_thread_runtime(move || {
@@ -1321,7 +1320,6 @@ fn redis_sync_tool_inside_a_current_thread_runtime_answers() {
 #[cfg(feature = "postgres")]
 // pins S10, issue 3 item 1: PostgreSQL from a sync tool inside a current-thread runtime
 #[test]
-#[ignore = "BUG: run_blocking (pollster) blocks the only executor thread while the PostgreSQL operation (spawned on that runtime, with its 10 s OPERATION_TIMEOUT inside the task) needs it: the call hangs for ever"]
 fn postgres_sync_tool_inside_a_current_thread_runtime_answers() {
     let schema = postgres_backend::Schema::fresh();
     let store = schema.store();
@@ -1533,7 +1531,6 @@ async fn churn_redis() {
 // pins S10, issue 3 item 1: the same on a multi-thread runtime whose one worker runs the sync
 // tool (as when every worker is busy with a sync tool: parallel calls of one message, D4)
 #[test]
-#[ignore = "BUG: a sync tool with the Redis store hangs for ever on a multi-thread runtime once every worker thread is inside run_blocking (here: 1 worker)"]
 fn redis_sync_tool_on_a_one_worker_runtime_answers() {
     let (prefix, _cleanup) = redis_backend::fresh_prefix();
     assert_answers(sync_call_in_runtime(

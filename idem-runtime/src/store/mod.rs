@@ -301,6 +301,15 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         None
     }
 
+    /// Whether this store's futures make progress only while a tokio runtime drives their
+    /// I/O (network stores: PostgreSQL, Redis). A sync tool must then not wait for them on a
+    /// thread that runtime needs; see [`PreparedCall::run_blocking`](crate::PreparedCall::run_blocking).
+    /// The default, `false`, is right for stores whose futures are ready at once or
+    /// completed by threads of their own.
+    fn needs_runtime_io(&self) -> bool {
+        false
+    }
+
     /// The backend's name for errors and logs.
     fn backend(&self) -> &'static str;
 

@@ -954,6 +954,10 @@ impl Store for PostgresStore {
         }));
     }
 
+    fn needs_runtime_io(&self) -> bool {
+        true
+    }
+
     fn backend(&self) -> &'static str {
         BACKEND
     }

@@ -737,6 +737,10 @@ impl Store for RedisStore {
         }
     }
 
+    fn needs_runtime_io(&self) -> bool {
+        true
+    }
+
     fn backend(&self) -> &'static str {
         BACKEND
     }

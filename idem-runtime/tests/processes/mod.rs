@@ -114,6 +114,7 @@ impl Spans {
             ttl: Duration::from_millis(self.ttl_ms),
             lease: Duration::from_millis(self.lease_ms),
             wait: Duration::from_millis(self.wait_ms),
+            store: None,
         }))
     }
 }
@@ -707,6 +708,9 @@ impl Store for ChildStore {
     }
     fn watch(&self, key: &IdempotencyKey) -> Option<ChangeSignal> {
         self.inner.watch(key)
+    }
+    fn needs_runtime_io(&self) -> bool {
+        self.inner.needs_runtime_io()
     }
     fn backend(&self) -> &'static str {
         self.inner.backend()

@@ -202,6 +202,9 @@ impl Store for FaultyStore {
     fn round_trips(&self) -> Option<u64> {
         self.inner.round_trips()
     }
+    fn needs_runtime_io(&self) -> bool {
+        self.inner.needs_runtime_io()
+    }
     fn backend(&self) -> &'static str {
         "faulty"
     }
