@@ -1374,7 +1374,6 @@ async fn fast_clock_collects(store: Arc<dyn Store>, claims: u16) -> bool {
 
 // pins S8 (never drop a live record early), memory store: a fast-clock caller's sweep
 #[tokio::test]
-#[ignore = "BUG (design): MemoryStore's sweep deletes records by the sweeping caller's clock, with no drift margin (Redis keeps 1 h): a caller whose clock is ahead drops other callers' live records, and their retries run the body again"]
 async fn fast_clock_sweep_memory() {
     let ran_again = fast_clock_collects(Arc::new(idem_runtime::MemoryStore::new()), 4096).await;
     assert!(
@@ -1386,7 +1385,6 @@ async fn fast_clock_sweep_memory() {
 #[cfg(feature = "sqlite")]
 // pins S8 (never drop a live record early), SQLite: a fast-clock caller's garbage collection
 #[tokio::test]
-#[ignore = "BUG (design): SqliteStore's claim-time GC deletes rows by the claiming caller's clock, with no drift margin (Redis keeps 1 h): a caller whose clock is ahead drops other callers' live records, and their retries run the body again"]
 async fn fast_clock_gc_sqlite() {
     let store = idem_runtime::SqliteStore::open_in_memory().unwrap();
     let ran_again = fast_clock_collects(Arc::new(store), 1024).await;
@@ -1645,7 +1643,6 @@ async fn opening_a_tool_sqlite_store_never_blocks_the_executor() {
 // live record (the collection runs in the background: this waits up to 10 s of real time for
 // it, and checks the record is still there)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "BUG (design): PostgresStore's background GC deletes rows by the 1024th claimer's clock, with no drift margin (Redis keeps 1 h): a caller whose clock is ahead drops other callers' live records"]
 async fn fast_clock_gc_postgres() {
     let schema = postgres_backend::Schema::fresh();
     let store: Arc<dyn Store> = Arc::new(schema.store());

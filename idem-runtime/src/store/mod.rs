@@ -48,6 +48,26 @@ use crate::clock::Timestamp;
 use crate::envelope::Envelope;
 use crate::key::{Fingerprint, IdempotencyKey};
 
+/// How long, in milliseconds, after a record expired by the clock of the caller that
+/// triggers a garbage collection a store may delete it: room for clock drift between
+/// workers. One hour.
+///
+/// Every store's background garbage collection keeps this margin (the memory store's
+/// sweep, SQLite's and PostgreSQL's collection during claims, Redis's `PEXPIRE`), so a
+/// caller whose clock runs ahead by less than the margin never deletes another caller's
+/// live record (S8). Reads are not affected: they treat a record as absent as soon as it
+/// has expired by the reader's clock.
+pub const GC_DRIFT_MARGIN_MS: u64 = 3_600_000;
+
+/// The garbage cutoff of a background collection at `now`: records whose `expires_at` is
+/// at or before it expired more than [`GC_DRIFT_MARGIN_MS`] before `now` and may be
+/// deleted. `None` while `now` is within the margin of the epoch (nothing may be deleted).
+pub(crate) fn gc_cutoff(now: Timestamp) -> Option<Timestamp> {
+    now.as_millis()
+        .checked_sub(GC_DRIFT_MARGIN_MS + 1)
+        .map(Timestamp::from_millis)
+}
+
 /// A boxed `Send` future returning `Result<T, StoreError>`.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
@@ -349,7 +369,24 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 
 #[cfg(test)]
 mod tests {
-    use super::OwnerToken;
+    use super::{gc_cutoff, OwnerToken, GC_DRIFT_MARGIN_MS};
+    use crate::clock::Timestamp;
+
+    // pins S8: background collection keeps the drift margin
+    #[test]
+    fn gc_cutoff_keeps_the_drift_margin() {
+        assert_eq!(gc_cutoff(Timestamp::from_millis(0)), None);
+        assert_eq!(gc_cutoff(Timestamp::from_millis(GC_DRIFT_MARGIN_MS)), None);
+        // a record that expired at 5 is collected from 5 + margin + 1 on, not before
+        assert_eq!(
+            gc_cutoff(Timestamp::from_millis(5 + GC_DRIFT_MARGIN_MS)),
+            Some(Timestamp::from_millis(4))
+        );
+        assert_eq!(
+            gc_cutoff(Timestamp::from_millis(5 + GC_DRIFT_MARGIN_MS + 1)),
+            Some(Timestamp::from_millis(5))
+        );
+    }
 
     // pins S6, S10: owner tokens round-trip through their text, and only the canonical text
     // (32 lower-case hex digits) decodes

@@ -59,7 +59,10 @@
 //!   `UPDATE/DELETE … WHERE key = $1 AND owner = $2 …`.
 //! - expiry is compared with the `now` the engine passes in, never the server's clock;
 //!   rows are deleted only once expired: every 1024 claims of a store a background task
-//!   deletes at most 256 of them, and [`PostgresStore::collect_garbage`] deletes all.
+//!   deletes at most 256 of those that expired more than
+//!   [`GC_DRIFT_MARGIN_MS`](super::GC_DRIFT_MARGIN_MS) (one hour) before the claim's
+//!   `now` (room for clock drift between callers), and
+//!   [`PostgresStore::collect_garbage`] deletes all that expired at the `now` it is given.
 //!
 //! Each statement is prepared once per pooled connection and then costs one round trip:
 //! a first execution costs two (claim, complete), a replay one (claim).
@@ -106,7 +109,7 @@ use tokio_postgres::{NoTls, Row, SimpleQueryMessage};
 
 use super::in_flight::{self, Undo};
 use super::{
-    Claim, ClaimRequest, Completion, OwnerToken, Record, RecordState, Store, StoreError,
+    gc_cutoff, Claim, ClaimRequest, Completion, OwnerToken, Record, RecordState, Store, StoreError,
     StoreErrorKind, StoreFuture, TakeoverRequest,
 };
 use crate::clock::Timestamp;
@@ -389,7 +392,9 @@ impl PostgresStore {
     }
 
     /// Deletes every record that is expired at `now` (ms since the Unix epoch; S8: live
-    /// records are never deleted) and returns how many. Not bounded by
+    /// records are never deleted) and returns how many. No drift margin is applied: `now`
+    /// is trusted, so pass a time no later than every caller's clock (for example
+    /// `now − GC_DRIFT_MARGIN_MS`) when callers' clocks may differ. Not bounded by
     /// [`OPERATION_TIMEOUT`]: a large backlog may take longer.
     ///
     /// # Errors
@@ -819,9 +824,12 @@ impl Store for PostgresStore {
             to_sql(req.lease_until),
             to_sql(req.expires_at),
         ];
-        if self.inner.claims.fetch_add(1, Ordering::Relaxed) % COLLECT_EVERY == COLLECT_EVERY - 1 {
+        let collect =
+            self.inner.claims.fetch_add(1, Ordering::Relaxed) % COLLECT_EVERY == COLLECT_EVERY - 1;
+        // Only rows that expired more than the drift margin before this caller's `now`.
+        if let Some(cutoff) = gc_cutoff(req.now).filter(|_| collect) {
             let inner = Arc::clone(&self.inner);
-            let now = times[0];
+            let now = to_sql(cutoff);
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                 drop(runtime.spawn(async move {
                     let sql = &inner.sql.collect_some;

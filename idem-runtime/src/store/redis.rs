@@ -105,8 +105,9 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 pub const REDIS_LAYOUT_VERSION: u32 = 1;
 
 /// How long (ms) after a record expired, by the engine's clock at write time, Redis may
-/// delete it: room for clock drift between workers. One hour.
-pub const GC_MARGIN_MS: u64 = 3_600_000;
+/// delete it: room for clock drift between workers. One hour, the margin all stores keep
+/// ([`GC_DRIFT_MARGIN_MS`](super::GC_DRIFT_MARGIN_MS)).
+pub const GC_MARGIN_MS: u64 = super::GC_DRIFT_MARGIN_MS;
 
 /// Garbage deadlines further ahead than this (ms, about 100 years) are not set at all: the
 /// record is kept without a Redis expiry.

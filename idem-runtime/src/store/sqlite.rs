@@ -46,8 +46,10 @@
 //! - take over, complete, release: one compare-and-set statement each,
 //!   `UPDATE/DELETE … WHERE key = ? AND owner = ? …`.
 //! - expiry is compared with the `now` the engine passes in, never SQLite's clock; rows
-//!   are deleted only once expired (every 1024 claims of a store, at most 256 rows at a
-//!   time, or by [`SqliteStore::collect_garbage`]).
+//!   are deleted only once expired: every 1024 claims of a store at most 256 rows that
+//!   expired more than [`GC_DRIFT_MARGIN_MS`](super::GC_DRIFT_MARGIN_MS) (one hour) before
+//!   the claim's `now` (room for clock drift between callers), or by
+//!   [`SqliteStore::collect_garbage`] all that expired at the `now` it is given.
 //!
 //! # Concurrency
 //!
@@ -81,7 +83,7 @@ use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBeha
 
 use super::in_flight::{self, Undo};
 use super::{
-    Claim, ClaimRequest, Completion, OwnerToken, Record, RecordState, Store, StoreError,
+    gc_cutoff, Claim, ClaimRequest, Completion, OwnerToken, Record, RecordState, Store, StoreError,
     StoreErrorKind, StoreFuture, TakeoverRequest,
 };
 use crate::clock::Timestamp;
@@ -364,8 +366,11 @@ impl SqliteStore {
         &self.inner.path
     }
 
-    /// Deletes every record that is expired at `now` (S8: live records are never
-    /// deleted) and returns how many. Runs inline: call it from a blocking context.
+    /// Deletes every record that is expired at `now` (ms since the Unix epoch; S8: live
+    /// records are never deleted) and returns how many. No drift margin is applied: `now`
+    /// is trusted, so pass a time no later than every caller's clock (for example
+    /// `now − GC_DRIFT_MARGIN_MS`) when callers' clocks may differ. Runs inline: call it
+    /// from a blocking context.
     ///
     /// # Errors
     /// [`StoreError`] when the statement fails (for example the write lock stayed busy
@@ -567,8 +572,9 @@ impl Store for SqliteStore {
                     })?;
                     Claim::Existing(record)
                 };
-                if collect {
-                    tx.execute(COLLECT_SOME, params![to_sql(now), COLLECT_BATCH])
+                // Only rows that expired more than the drift margin before `now`.
+                if let Some(cutoff) = gc_cutoff(now).filter(|_| collect) {
+                    tx.execute(COLLECT_SOME, params![to_sql(cutoff), COLLECT_BATCH])
                         .map_err(failed)?;
                 }
                 tx.commit().map_err(failed)?;
