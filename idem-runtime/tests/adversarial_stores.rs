@@ -515,7 +515,6 @@ mod sqlite {
     // that DELETE waits for SQLite's 5 s busy timeout, blocking the executor thread (every
     // other task of a current-thread runtime) for 5 s.
     #[tokio::test]
-    #[ignore = "BUG: SqliteStore::release_on_drop runs its DELETE inline on the executor thread; with the write lock held elsewhere, dropping a call future blocks the runtime for the 5 s busy timeout"]
     async fn dropping_a_call_never_blocks_the_executor() {
         use idem_runtime::testkit::ManualClock;
         use idem_runtime::{prepare, CallContext, Engine, ToolError};

@@ -69,8 +69,9 @@
 //! If a caller drops a claim or takeover future while its statement is still running on
 //! the blocking pool, and the statement then acquires the claim, the store releases it at
 //! once on the runtime (S7) rather than leaving it in progress until its lease lapses.
-//! [`Store::release_on_drop`] always runs inline (a `Drop` cannot await): one short
-//! statement. [`Store::watch`] returns `None`: another process's change cannot be
+//! [`Store::release_on_drop`] (a `Drop` cannot await) hands its one short statement to
+//! the blocking pool inside a runtime, so dropping a call never blocks an executor thread
+//! while another connection holds the write lock, and runs it inline outside one. [`Store::watch`] returns `None`: another process's change cannot be
 //! signalled, so waiting duplicates poll with backoff (S5).
 
 use std::fmt;
@@ -669,9 +670,20 @@ impl Store for SqliteStore {
         self.run(move |conn, path| read_live(conn, path, &key, now), None)
     }
 
+    /// Inside a tokio runtime the release runs on its blocking pool (the guard's `Drop`
+    /// never waits for the write lock on an executor thread); outside one it runs inline.
     fn release_on_drop(&self, key: &IdempotencyKey, owner: OwnerToken) {
-        if let Err(error) = self.release_inline(key, owner) {
-            tracing::warn!(key = %key, %error, "could not release the claim; it lapses with its lease");
+        let release = move |store: &SqliteStore, key: &IdempotencyKey| {
+            if let Err(error) = store.release_inline(key, owner) {
+                tracing::warn!(key = %key, %error, "could not release the claim; it lapses with its lease");
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let (store, key) = (self.clone(), key.clone());
+                drop(runtime.spawn_blocking(move || release(&store, &key)));
+            }
+            Err(_) => release(self, key),
         }
     }
 
