@@ -753,7 +753,6 @@ mod redis_backend {
     // pins S10: a key of another type at the record's name is a corrupt record (not retryable),
     // and the body does not run
     #[tokio::test]
-    #[ignore = "BUG: a non-hash value at the record key (WRONGTYPE) is reported as Unavailable (transient, retried for ever by the dispatcher) instead of Corrupt"]
     async fn a_foreign_value_at_the_record_key_is_corrupt() {
         let (prefix, _cleanup) = fresh_prefix();
         let store = RedisStore::connect(&redis_url())

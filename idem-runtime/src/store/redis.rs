@@ -539,12 +539,16 @@ async fn send(
     reply
 }
 
+/// A failed command as a store error: a `WRONGTYPE` reply (a value of another type at a
+/// record's key, which no retry can fix) is [`StoreErrorKind::Corrupt`]; anything else
+/// (connection lost, timeout, server busy) is [`StoreErrorKind::Unavailable`].
 fn redis_error(url: &str, what: &str, e: redis::RedisError) -> StoreError {
-    StoreError::new(
-        BACKEND,
-        StoreErrorKind::Unavailable,
-        format!("{what} on {url}: {e}"),
-    )
+    let kind = if e.code() == Some("WRONGTYPE") {
+        StoreErrorKind::Corrupt
+    } else {
+        StoreErrorKind::Unavailable
+    };
+    StoreError::new(BACKEND, kind, format!("{what} on {url}: {e}"))
 }
 
 /// An instant as 20 zero-padded decimal digits (see the module documentation).
