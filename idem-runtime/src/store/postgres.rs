@@ -84,6 +84,13 @@
 //! A claim whose answer never came may still have been applied: the key is then in
 //! progress, owned by nobody, until its lease lapses (S6), and no body runs before then.
 //!
+//! Errors the server reports carry its message, detail, hint and SQLSTATE code. Those that
+//! retrying cannot fix are not transient: SQLSTATE classes `42` (syntax error or access
+//! rule violation), `3F` (invalid schema name) and `0A` (feature not supported) are
+//! [`StoreErrorKind::Unsupported`], class `22` (data exception) is
+//! [`StoreErrorKind::Corrupt`]; the rest (shutdown, conflicts, resources) are
+//! [`StoreErrorKind::Unavailable`].
+//!
 //! # Runtime
 //!
 //! Every operation runs as a task on the tokio runtime of the caller (it never blocks a
@@ -163,8 +170,8 @@ pub enum PostgresConnectError {
         message: String,
     },
     /// The schema name is not 1 to 63 characters of `a-z`, `0-9` and `_` starting with a
-    /// letter or `_`.
-    #[error("invalid schema name {schema:?} for the PostgreSQL store at {url}: use 1 to 63 of a-z, 0-9 and _, not starting with a digit")]
+    /// letter or `_`, or starts with `pg_` (reserved by PostgreSQL for system schemas).
+    #[error("invalid schema name {schema:?} for the PostgreSQL store at {url}: use 1 to 63 of a-z, 0-9 and _, not starting with a digit or pg_")]
     InvalidSchema {
         /// The URL, password redacted.
         url: String,
@@ -335,7 +342,7 @@ impl PostgresStore {
     /// # Errors
     /// As [`connect`](Self::connect), and [`PostgresConnectError::InvalidSchema`] when
     /// `schema` is not 1 to 63 characters of `a-z`, `0-9` and `_` starting with a letter
-    /// or `_`.
+    /// or `_`, or starts with `pg_` (reserved by PostgreSQL).
     pub fn with_schema(url: &str, schema: &str) -> Result<Self, PostgresConnectError> {
         let shown = redact(url);
         if !valid_schema(schema) {
@@ -520,7 +527,12 @@ impl Inner {
             StoreError::new(
                 BACKEND,
                 StoreErrorKind::Unavailable,
-                format!("cannot connect to {}: {e}", self.url),
+                match &e {
+                    deadpool_postgres::PoolError::Backend(e) => {
+                        format!("cannot connect to {}: {}", self.url, error_text(e))
+                    }
+                    e => format!("cannot connect to {}: {e}", self.url),
+                },
             )
         })?;
         self.ready
@@ -735,11 +747,18 @@ impl Inner {
         })
     }
 
+    /// A failed statement as a store error: its kind by SQLSTATE ([`error_kind`]), its
+    /// message the server's ([`error_text`]).
     fn db_error(&self, op: &str, e: tokio_postgres::Error) -> StoreError {
         StoreError::new(
             BACKEND,
-            StoreErrorKind::Unavailable,
-            format!("{op} on {} (schema {}): {e}", self.url, self.schema),
+            error_kind(&e),
+            format!(
+                "{op} on {} (schema {}): {}",
+                self.url,
+                self.schema,
+                error_text(&e)
+            ),
         )
     }
 
@@ -764,12 +783,61 @@ impl fmt::Debug for PostgresStore {
     }
 }
 
-/// Whether `schema` is a plain lowercase identifier (safe to quote into SQL).
+/// Whether `schema` is a plain lowercase identifier (safe to quote into SQL) that
+/// PostgreSQL accepts for a new schema (`pg_…` names are reserved for the system).
 fn valid_schema(schema: &str) -> bool {
     let mut chars = schema.chars();
     matches!(chars.next(), Some('a'..='z' | '_'))
         && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_'))
         && schema.len() <= 63
+        && !schema.starts_with("pg_")
+}
+
+/// The kind of a failed statement: server errors that retrying cannot fix are
+/// [`StoreErrorKind::Unsupported`] (SQLSTATE classes `42` syntax error or access rule
+/// violation, `3F` invalid schema name, `0A` feature not supported) or
+/// [`StoreErrorKind::Corrupt`] (class `22` data exception: a stored value this build
+/// cannot read); every other error (connection lost, server shutting down, lock or
+/// serialization conflicts, resources) is [`StoreErrorKind::Unavailable`].
+fn error_kind(e: &tokio_postgres::Error) -> StoreErrorKind {
+    match e.as_db_error().map(|db| db.code().code()) {
+        Some(code) => sqlstate_kind(code),
+        None => StoreErrorKind::Unavailable,
+    }
+}
+
+/// The kind of a server error with SQLSTATE `code` (see [`error_kind`]).
+fn sqlstate_kind(code: &str) -> StoreErrorKind {
+    match code.get(..2) {
+        Some("42" | "3F" | "0A") => StoreErrorKind::Unsupported,
+        Some("22") => StoreErrorKind::Corrupt,
+        _ => StoreErrorKind::Unavailable,
+    }
+}
+
+/// The text of a failed statement: for a server error its message, detail and hint and
+/// its SQLSTATE code (tokio-postgres's own `Display` says only `db error`); otherwise the
+/// client error with its causes.
+fn error_text(e: &tokio_postgres::Error) -> String {
+    let Some(db) = e.as_db_error() else {
+        let mut text = e.to_string();
+        let mut source = std::error::Error::source(e);
+        while let Some(cause) = source {
+            text.push_str(": ");
+            text.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        return text;
+    };
+    let mut text = format!("{}: {}", db.severity(), db.message());
+    if let Some(detail) = db.detail() {
+        text.push_str(&format!(" (detail: {detail})"));
+    }
+    if let Some(hint) = db.hint() {
+        text.push_str(&format!(" (hint: {hint})"));
+    }
+    text.push_str(&format!(" [SQLSTATE {}]", db.code().code()));
+    text
 }
 
 /// `url` with its password replaced by `***` (URL form `user:password@` and key-value
@@ -1000,6 +1068,46 @@ mod tests {
         }
         for bad in ["", "9x", "Idem", "a-b", "a\"b", "x; DROP", &"a".repeat(64)] {
             assert!(!valid_schema(bad), "{bad}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod error_kind_tests {
+    use super::{sqlstate_kind, valid_schema};
+    use crate::store::StoreErrorKind;
+
+    // pins S10: a schema name PostgreSQL reserves is refused up front
+    #[test]
+    fn reserved_schema_names_are_refused() {
+        for bad in ["pg_idem", "pg_", "pg_catalog", "pg_toast"] {
+            assert!(!valid_schema(bad), "{bad}");
+        }
+        for ok in ["pgx", "pg", "idem_pg_", "_pg_x"] {
+            assert!(valid_schema(ok), "{ok}");
+        }
+    }
+
+    // pins S10: server errors that retrying cannot fix are not transient
+    #[test]
+    fn sqlstate_classes_map_to_kinds() {
+        for (code, kind) in [
+            ("42P07", StoreErrorKind::Unsupported), // duplicate table
+            ("42501", StoreErrorKind::Unsupported), // insufficient privilege
+            ("42703", StoreErrorKind::Unsupported), // undefined column
+            ("42939", StoreErrorKind::Unsupported), // reserved name
+            ("3F000", StoreErrorKind::Unsupported), // invalid schema name
+            ("0A000", StoreErrorKind::Unsupported), // feature not supported
+            ("22P02", StoreErrorKind::Corrupt),     // invalid text representation
+            ("22003", StoreErrorKind::Corrupt),     // numeric value out of range
+            ("40001", StoreErrorKind::Unavailable), // serialization failure
+            ("40P01", StoreErrorKind::Unavailable), // deadlock detected
+            ("57P01", StoreErrorKind::Unavailable), // admin shutdown
+            ("53300", StoreErrorKind::Unavailable), // too many connections
+            ("08006", StoreErrorKind::Unavailable), // connection failure
+            ("", StoreErrorKind::Unavailable),
+        ] {
+            assert_eq!(sqlstate_kind(code), kind, "{code}");
         }
     }
 }
