@@ -441,7 +441,12 @@ impl Store for RefusingTakeovers {
         _: TakeoverRequest<'a>,
     ) -> idem_runtime::store::StoreFuture<'a, bool> {
         self.takeovers.fetch_add(1, Ordering::SeqCst);
-        Box::pin(std::future::ready(Ok(false)))
+        // Yields once, so that a caller spinning on refused take-overs still lets the
+        // test's timeout fire (the verdict is then a failure, not a hang).
+        Box::pin(async {
+            tokio::task::yield_now().await;
+            Ok(false)
+        })
     }
     fn complete<'a>(
         &'a self,
