@@ -215,6 +215,8 @@ impl PreparedCall {
         // Subscribed only once the key is seen in progress (then looked at again before
         // waiting), so the common paths pay nothing for it.
         let mut change: Option<Option<crate::store::ChangeSignal>> = None;
+        // Consecutive takeovers refused by the store's compare-and-set.
+        let mut failed_takeovers = 0u32;
         loop {
             let now = clock.now();
             let owner = OwnerToken::random();
@@ -291,8 +293,27 @@ impl PreparedCall {
                         lifetime,
                     ));
                 }
-                continue; // the record changed under us: look again
+                // The record changed under us (another caller took over first): look again
+                // at once. A takeover that keeps failing means the store does not hold
+                // what it returned; from the second failure on, behave like a waiter:
+                // answer InProgress once the wait bound has passed, else pause first (S5).
+                failed_takeovers += 1;
+                if failed_takeovers < 2 {
+                    continue;
+                }
+                if now >= wait_until {
+                    return Err(Error::InProgress {
+                        tool: self.spec.name.to_owned(),
+                        key: self.key.to_string(),
+                        waited_ms: duration_millis(now.saturating_since(started)),
+                    });
+                }
+                let tick = futures_timer::Delay::new(poll);
+                poll = (poll * 2).min(POLL_MAX);
+                drop(select(tick, clock.sleep_until(wait_until)).await);
+                continue;
             }
+            failed_takeovers = 0;
             if now >= wait_until {
                 return Err(Error::InProgress {
                     tool: self.spec.name.to_owned(),

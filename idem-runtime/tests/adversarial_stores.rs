@@ -422,6 +422,80 @@ fn assert_corrupt_error(
     }
 }
 
+/// A memory store whose take-over compare-and-set never matches, as a store whose stored
+/// owner never equals the owner it returned would behave.
+#[derive(Debug)]
+struct RefusingTakeovers {
+    inner: Arc<dyn Store>,
+    takeovers: AtomicUsize,
+}
+
+impl Store for RefusingTakeovers {
+    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> idem_runtime::store::StoreFuture<'a, Claim> {
+        self.inner.claim(req)
+    }
+    fn take_over<'a>(
+        &'a self,
+        _: TakeoverRequest<'a>,
+    ) -> idem_runtime::store::StoreFuture<'a, bool> {
+        self.takeovers.fetch_add(1, Ordering::SeqCst);
+        // Yields once, so that a caller spinning on refused take-overs still lets the
+        // test's timeout fire (the verdict is then a failure, not a hang).
+        Box::pin(async {
+            tokio::task::yield_now().await;
+            Ok(false)
+        })
+    }
+    fn complete<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        owner: OwnerToken,
+        outcome: &'a Envelope,
+        now: Timestamp,
+    ) -> idem_runtime::store::StoreFuture<'a, Completion> {
+        self.inner.complete(key, owner, outcome, now)
+    }
+    fn release<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        owner: OwnerToken,
+    ) -> idem_runtime::store::StoreFuture<'a, bool> {
+        self.inner.release(key, owner)
+    }
+    fn read<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        now: Timestamp,
+    ) -> idem_runtime::store::StoreFuture<'a, Option<idem_runtime::store::Record>> {
+        self.inner.read(key, now)
+    }
+    fn backend(&self) -> &'static str {
+        "refusing"
+    }
+}
+
+// pins S5 (the wait is bounded, no busy loop): a lapsed record whose take-over keeps failing
+// (the compare-and-set never matches what the claim returned) makes the call answer
+// InProgress once its wait bound (0 ms) has passed, after a bounded number of take-overs,
+// without running the body.
+#[tokio::test]
+async fn failing_takeovers_never_spin() {
+    let refusing = Arc::new(RefusingTakeovers {
+        inner: Arc::new(idem_runtime::MemoryStore::new()),
+        takeovers: AtomicUsize::new(0),
+    });
+    let (out, claims, runs) = call_on_rewritten_record(refusing.clone(), |_| async {}).await;
+    assert_eq!(runs, 0, "the body ran without a claim");
+    let takeovers = refusing.takeovers.load(Ordering::SeqCst);
+    match out {
+        Some(Err(idem_runtime::ToolError::Idem(idem_runtime::Error::InProgress { .. }))) => {}
+        Some(other) => panic!("expected InProgress, got {other:?}"),
+        None => panic!("the call spun through {claims} claims and {takeovers} take-overs"),
+    }
+    assert!(takeovers <= 2, "{takeovers} take-overs before answering");
+    assert!(claims <= 3, "{claims} claims before answering");
+}
+
 #[cfg(feature = "sqlite")]
 mod sqlite {
     use super::*;
@@ -444,7 +518,6 @@ mod sqlite {
     // that DELETE waits for SQLite's 5 s busy timeout, blocking the executor thread (every
     // other task of a current-thread runtime) for 5 s.
     #[tokio::test]
-    #[ignore = "BUG: SqliteStore::release_on_drop runs its DELETE inline on the executor thread; with the write lock held elsewhere, dropping a call future blocks the runtime for the 5 s busy timeout"]
     async fn dropping_a_call_never_blocks_the_executor() {
         use idem_runtime::testkit::ManualClock;
         use idem_runtime::{prepare, CallContext, Engine, ToolError};
@@ -491,7 +564,6 @@ mod sqlite {
     // the column with the lower-case text and never matches: the call loops claim → take over
     // → claim … for ever, past its wait bound, burning a core.
     #[tokio::test]
-    #[ignore = "BUG: an in-progress row whose owner is upper-case hex makes every call on the key spin for ever (claim/take-over loop) instead of a Corrupt error"]
     async fn non_canonical_owner_makes_the_call_spin() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("spin.sqlite3");
@@ -512,7 +584,6 @@ mod sqlite {
 
     // pins S10: the same with a '+' sign in front of 31 hex digits
     #[tokio::test]
-    #[ignore = "BUG: an in-progress row whose owner is '+' and 31 hex digits makes every call on the key spin for ever"]
     async fn signed_owner_makes_the_call_spin() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("spin.sqlite3");
@@ -663,7 +734,6 @@ mod redis_backend {
     // pins S10, S5: an in-progress record whose owner is upper-case hex spins the call (see
     // the SQLite test of the same name)
     #[tokio::test]
-    #[ignore = "BUG: an in-progress record whose owner is upper-case hex makes every call on the key spin for ever (claim/take-over loop) instead of a Corrupt error"]
     async fn non_canonical_owner_makes_the_call_spin() {
         let (prefix, _cleanup) = fresh_prefix();
         let store = RedisStore::connect(&redis_url())
@@ -686,7 +756,6 @@ mod redis_backend {
     // pins S10: a key of another type at the record's name is a corrupt record (not retryable),
     // and the body does not run
     #[tokio::test]
-    #[ignore = "BUG: a non-hash value at the record key (WRONGTYPE) is reported as Unavailable (transient, retried for ever by the dispatcher) instead of Corrupt"]
     async fn a_foreign_value_at_the_record_key_is_corrupt() {
         let (prefix, _cleanup) = fresh_prefix();
         let store = RedisStore::connect(&redis_url())
@@ -783,7 +852,6 @@ mod postgres_backend {
     // pins S10, S5: an in-progress row whose owner is upper-case hex spins the call (see the
     // SQLite test of the same name)
     #[tokio::test]
-    #[ignore = "BUG: an in-progress row whose owner is upper-case hex makes every call on the key spin for ever (claim/take-over loop) instead of a Corrupt error"]
     async fn non_canonical_owner_makes_the_call_spin() {
         let schema = Schema::fresh();
         let store = Arc::new(schema.store());
@@ -850,30 +918,52 @@ mod postgres_backend {
     }
 
     // pins S10 (typed errors that say what failed): a PostgreSQL error's StoreError message
-    // carries the server's message, not only tokio-postgres's "db error"
+    // carries the server's message and SQLSTATE, not only tokio-postgres's "db error"; and a
+    // server error that retrying cannot fix (here 42703 undefined column: a records table of
+    // another shape under the current version number) is not transient
     #[tokio::test]
-    #[ignore = "BUG: PostgresStore error messages end in tokio-postgres's bare `db error`, dropping the server's message (e.g. `unacceptable schema name \"pg_idem\"`)"]
     async fn server_errors_keep_the_server_message() {
-        let store = PostgresStore::with_schema(&url(), "pg_idem").expect("name accepted");
-        let err = store
+        let schema = Schema::fresh();
+        schema
+            .admin(&format!(
+                "CREATE SCHEMA {{schema}};
+                 CREATE TABLE {{schema}}.meta (name TEXT PRIMARY KEY, value BIGINT NOT NULL);
+                 INSERT INTO {{schema}}.meta VALUES ('schema_version', {});
+                 CREATE TABLE {{schema}}.records (key TEXT PRIMARY KEY, expires_at BIGINT);",
+                idem_runtime::store::POSTGRES_SCHEMA_VERSION
+            ))
+            .unwrap();
+        let err = schema
+            .store()
             .read(&raw_key(1), at(0))
             .await
-            .expect_err("PostgreSQL refuses the pg_ prefix");
-        assert!(err.message.contains("pg_idem\""), "{err}");
-        assert!(err.message.contains("unacceptable"), "{err}");
+            .expect_err("the records table has no fingerprint column");
+        assert!(err.message.contains("does not exist"), "{err}");
+        assert!(err.message.contains("42703"), "{err}");
+        assert!(!err.message.ends_with("db error"), "{err}");
+        assert_eq!(err.kind, idem_runtime::StoreErrorKind::Unsupported, "{err}");
+        assert!(!err.is_transient(), "{err}");
     }
 
     // pins S10 (typed errors; a configuration error is not transient): a schema name that
-    // passes the name check but that PostgreSQL refuses (reserved `pg_` prefix)
+    // PostgreSQL refuses (reserved `pg_` prefix) is refused up front, as an Unsupported
+    // configuration error, by the constructor and by the locator
     #[tokio::test]
-    #[ignore = "BUG: schema `pg_idem` passes valid_schema but PostgreSQL refuses it; every call then fails with Unavailable (transient, retried for ever) instead of Unsupported"]
     async fn a_reserved_schema_name_is_not_transient() {
-        let store = PostgresStore::with_schema(&url(), "pg_idem").expect("name accepted");
-        let err = store
-            .read(&raw_key(1), at(0))
-            .await
-            .expect_err("PostgreSQL refuses the pg_ prefix");
-        assert!(!err.is_transient(), "{err}");
+        match PostgresStore::with_schema(&url(), "pg_idem") {
+            Err(e @ idem_runtime::store::PostgresConnectError::InvalidSchema { .. }) => {
+                let err = idem_runtime::StoreError::from(e);
+                assert_eq!(err.kind, idem_runtime::StoreErrorKind::Unsupported, "{err}");
+                assert!(!err.is_transient(), "{err}");
+            }
+            other => panic!("expected InvalidSchema, got {other:?}"),
+        }
+        let locator = StoreLocator::parse(&format!("{}?idem_schema=pg_idem", url())).unwrap();
+        let err = locator
+            .open()
+            .expect_err("pg_ schema refused")
+            .into_store_error();
+        assert_eq!(err.kind, idem_runtime::StoreErrorKind::Unsupported, "{err}");
     }
 }
 
@@ -1305,7 +1395,6 @@ async fn fast_clock_collects(store: Arc<dyn Store>, claims: u16) -> bool {
 
 // pins S8 (never drop a live record early), memory store: a fast-clock caller's sweep
 #[tokio::test]
-#[ignore = "BUG (design): MemoryStore's sweep deletes records by the sweeping caller's clock, with no drift margin (Redis keeps 1 h): a caller whose clock is ahead drops other callers' live records, and their retries run the body again"]
 async fn fast_clock_sweep_memory() {
     let ran_again = fast_clock_collects(Arc::new(idem_runtime::MemoryStore::new()), 4096).await;
     assert!(
@@ -1317,7 +1406,6 @@ async fn fast_clock_sweep_memory() {
 #[cfg(feature = "sqlite")]
 // pins S8 (never drop a live record early), SQLite: a fast-clock caller's garbage collection
 #[tokio::test]
-#[ignore = "BUG (design): SqliteStore's claim-time GC deletes rows by the claiming caller's clock, with no drift margin (Redis keeps 1 h): a caller whose clock is ahead drops other callers' live records, and their retries run the body again"]
 async fn fast_clock_gc_sqlite() {
     let store = idem_runtime::SqliteStore::open_in_memory().unwrap();
     let ran_again = fast_clock_collects(Arc::new(store), 1024).await;
@@ -1576,7 +1664,6 @@ async fn opening_a_tool_sqlite_store_never_blocks_the_executor() {
 // live record (the collection runs in the background: this waits up to 10 s of real time for
 // it, and checks the record is still there)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "BUG (design): PostgresStore's background GC deletes rows by the 1024th claimer's clock, with no drift margin (Redis keeps 1 h): a caller whose clock is ahead drops other callers' live records"]
 async fn fast_clock_gc_postgres() {
     let schema = postgres_backend::Schema::fresh();
     let store: Arc<dyn Store> = Arc::new(schema.store());

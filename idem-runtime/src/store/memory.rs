@@ -8,8 +8,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use tokio::sync::watch;
 
 use super::{
-    ChangeSignal, Claim, ClaimRequest, Completion, OwnerToken, Record, RecordState, Store,
-    StoreFuture, TakeoverRequest,
+    gc_cutoff, ChangeSignal, Claim, ClaimRequest, Completion, OwnerToken, Record, RecordState,
+    Store, StoreFuture, TakeoverRequest,
 };
 use crate::clock::Timestamp;
 use crate::envelope::Envelope;
@@ -21,8 +21,10 @@ const SWEEP_EVERY: u64 = 4096;
 /// A [`Store`] in this process's memory: every operation is one step under one mutex
 /// (S2), so it is exact within a process and shares nothing across processes or restarts.
 ///
-/// Expired records are treated as absent on every read and swept every 4096 claims; live
-/// records are never evicted (S8). Waiting duplicates are woken by their key's change
+/// Expired records are treated as absent on every read and swept every 4096 claims once
+/// they expired more than [`GC_DRIFT_MARGIN_MS`](super::GC_DRIFT_MARGIN_MS) (one hour)
+/// before the sweeping claim's `now`, so a caller whose clock runs ahead does not drop
+/// other callers' live records; live records are never evicted (S8). Waiting duplicates are woken by their key's change
 /// signal, not by polling and not by other keys' changes (S5). Every future it returns is ready at once, so sync tools can use it.
 ///
 /// It counts its operations as round trips ([`Store::round_trips`]): one per claim, take
@@ -130,9 +132,9 @@ impl Store for MemoryStore {
         state.claims_since_sweep += 1;
         if state.claims_since_sweep >= SWEEP_EVERY {
             state.claims_since_sweep = 0;
-            state
-                .records
-                .retain(|_, record| req.now < record.expires_at);
+            if let Some(cutoff) = gc_cutoff(req.now) {
+                state.records.retain(|_, record| cutoff < record.expires_at);
+            }
             state
                 .signals
                 .retain(|_, signal| signal.receiver_count() > 0);
@@ -244,5 +246,69 @@ impl Store for MemoryStore {
 
     fn round_trips(&self) -> Option<u64> {
         Some(self.round_trips.load(Ordering::Relaxed))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{MemoryStore, SWEEP_EVERY};
+    use crate::clock::Timestamp;
+    use crate::key::{Fingerprint, IdempotencyKey};
+    use crate::store::{Claim, ClaimRequest, OwnerToken, Store, GC_DRIFT_MARGIN_MS};
+
+    fn key(n: u64) -> IdempotencyKey {
+        IdempotencyKey::from_hex(&format!("{n:064x}")).expect("64 hex digits")
+    }
+
+    /// Claims `SWEEP_EVERY` fresh keys (from `first` on) at `now`: one of them sweeps.
+    fn sweep_at(store: &MemoryStore, first: u64, now: Timestamp) {
+        let fingerprint = Fingerprint::from_hex(&"f".repeat(64)).expect("64 hex digits");
+        for n in 0..SWEEP_EVERY {
+            let k = key(first + n);
+            let claim = pollster::block_on(store.claim(ClaimRequest {
+                key: &k,
+                fingerprint: &fingerprint,
+                owner: OwnerToken::random(),
+                now,
+                lease_until: now,
+                expires_at: Timestamp::from_millis(u64::MAX),
+            }));
+            assert_eq!(claim.ok(), Some(Claim::Acquired));
+        }
+    }
+
+    // pins S8: the sweep deletes a record only once it expired more than the drift margin
+    // before the sweeping caller's `now`
+    #[test]
+    fn the_sweep_keeps_the_drift_margin() {
+        let store = MemoryStore::new();
+        let fingerprint = Fingerprint::from_hex(&"a".repeat(64)).expect("64 hex digits");
+        let expires_at = Timestamp::from_millis(10_000_000);
+        let claim = pollster::block_on(store.claim(ClaimRequest {
+            key: &key(1),
+            fingerprint: &fingerprint,
+            owner: OwnerToken::random(),
+            now: Timestamp::from_millis(0),
+            lease_until: Timestamp::from_millis(0),
+            expires_at,
+        }));
+        assert_eq!(claim.ok(), Some(Claim::Acquired));
+        let at_margin = Timestamp::from_millis(expires_at.as_millis() + GC_DRIFT_MARGIN_MS);
+        sweep_at(&store, 100_000, at_margin);
+        assert_eq!(
+            store.len(),
+            1 + SWEEP_EVERY as usize,
+            "kept within the margin"
+        );
+        sweep_at(
+            &store,
+            200_000,
+            Timestamp::from_millis(at_margin.as_millis() + 1),
+        );
+        assert_eq!(
+            store.len(),
+            2 * SWEEP_EVERY as usize,
+            "collected past the margin"
+        );
     }
 }

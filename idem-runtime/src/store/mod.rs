@@ -48,6 +48,26 @@ use crate::clock::Timestamp;
 use crate::envelope::Envelope;
 use crate::key::{Fingerprint, IdempotencyKey};
 
+/// How long, in milliseconds, after a record expired by the clock of the caller that
+/// triggers a garbage collection a store may delete it: room for clock drift between
+/// workers. One hour.
+///
+/// Every store's background garbage collection keeps this margin (the memory store's
+/// sweep, SQLite's and PostgreSQL's collection during claims, Redis's `PEXPIRE`), so a
+/// caller whose clock runs ahead by less than the margin never deletes another caller's
+/// live record (S8). Reads are not affected: they treat a record as absent as soon as it
+/// has expired by the reader's clock.
+pub const GC_DRIFT_MARGIN_MS: u64 = 3_600_000;
+
+/// The garbage cutoff of a background collection at `now`: records whose `expires_at` is
+/// at or before it expired more than [`GC_DRIFT_MARGIN_MS`] before `now` and may be
+/// deleted. `None` while `now` is within the margin of the epoch (nothing may be deleted).
+pub(crate) fn gc_cutoff(now: Timestamp) -> Option<Timestamp> {
+    now.as_millis()
+        .checked_sub(GC_DRIFT_MARGIN_MS + 1)
+        .map(Timestamp::from_millis)
+}
+
 /// A boxed `Send` future returning `Result<T, StoreError>`.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
@@ -73,6 +93,26 @@ impl OwnerToken {
     /// A token read back from a store.
     pub fn from_u128(raw: u128) -> Self {
         OwnerToken(raw)
+    }
+
+    /// The token's stored text: exactly 32 lower-case hex digits.
+    pub fn to_hex(self) -> String {
+        format!("{:032x}", self.0)
+    }
+
+    /// Decodes a token stored as text, strictly: exactly 32 lower-case hex digits (the
+    /// form [`to_hex`](Self::to_hex) writes), so that the decoded token written back
+    /// compares equal to the stored text. Anything else (upper case, a sign, other
+    /// lengths) is `None`, which stores report as a corrupt record (S10).
+    pub fn from_hex(text: &str) -> Option<Self> {
+        let canonical = text.len() == 32
+            && text
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        canonical
+            .then(|| u128::from_str_radix(text, 16).ok())
+            .flatten()
+            .map(OwnerToken)
     }
 }
 
@@ -324,5 +364,49 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// replay 1 (claim), once scripts and statements are known to the server (S2, S3).
     fn round_trips(&self) -> Option<u64> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{gc_cutoff, OwnerToken, GC_DRIFT_MARGIN_MS};
+    use crate::clock::Timestamp;
+
+    // pins S8: background collection keeps the drift margin
+    #[test]
+    fn gc_cutoff_keeps_the_drift_margin() {
+        assert_eq!(gc_cutoff(Timestamp::from_millis(0)), None);
+        assert_eq!(gc_cutoff(Timestamp::from_millis(GC_DRIFT_MARGIN_MS)), None);
+        // a record that expired at 5 is collected from 5 + margin + 1 on, not before
+        assert_eq!(
+            gc_cutoff(Timestamp::from_millis(5 + GC_DRIFT_MARGIN_MS)),
+            Some(Timestamp::from_millis(4))
+        );
+        assert_eq!(
+            gc_cutoff(Timestamp::from_millis(5 + GC_DRIFT_MARGIN_MS + 1)),
+            Some(Timestamp::from_millis(5))
+        );
+    }
+
+    // pins S6, S10: owner tokens round-trip through their text, and only the canonical text
+    // (32 lower-case hex digits) decodes
+    #[test]
+    fn owner_tokens_decode_strictly() {
+        let token = OwnerToken::random();
+        assert_eq!(OwnerToken::from_hex(&token.to_hex()), Some(token));
+        let hex = OwnerToken::from_u128(0xabc).to_hex();
+        assert_eq!(hex, "00000000000000000000000000000abc");
+        for bad in [
+            "00000000000000000000000000000ABC".to_owned(),
+            format!("+{}", &hex[1..]),
+            format!("-{}", &hex[1..]),
+            hex[1..].to_owned(),
+            format!("{hex}0"),
+            format!(" {}", &hex[1..]),
+            String::new(),
+            "0000000000000000000000000000000é".to_owned(),
+        ] {
+            assert_eq!(OwnerToken::from_hex(&bad), None, "{bad:?}");
+        }
     }
 }

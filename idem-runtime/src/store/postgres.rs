@@ -59,7 +59,10 @@
 //!   `UPDATE/DELETE … WHERE key = $1 AND owner = $2 …`.
 //! - expiry is compared with the `now` the engine passes in, never the server's clock;
 //!   rows are deleted only once expired: every 1024 claims of a store a background task
-//!   deletes at most 256 of them, and [`PostgresStore::collect_garbage`] deletes all.
+//!   deletes at most 256 of those that expired more than
+//!   [`GC_DRIFT_MARGIN_MS`](super::GC_DRIFT_MARGIN_MS) (one hour) before the claim's
+//!   `now` (room for clock drift between callers), and
+//!   [`PostgresStore::collect_garbage`] deletes all that expired at the `now` it is given.
 //!
 //! Each statement is prepared once per pooled connection and then costs one round trip:
 //! a first execution costs two (claim, complete), a replay one (claim).
@@ -80,6 +83,13 @@
 //! `is_closed`), so service resumes with the first operation after the server is back.
 //! A claim whose answer never came may still have been applied: the key is then in
 //! progress, owned by nobody, until its lease lapses (S6), and no body runs before then.
+//!
+//! Errors the server reports carry its message, detail, hint and SQLSTATE code. Those that
+//! retrying cannot fix are not transient: SQLSTATE classes `42` (syntax error or access
+//! rule violation), `3F` (invalid schema name) and `0A` (feature not supported) are
+//! [`StoreErrorKind::Unsupported`], class `22` (data exception) is
+//! [`StoreErrorKind::Corrupt`]; the rest (shutdown, conflicts, resources) are
+//! [`StoreErrorKind::Unavailable`].
 //!
 //! # Runtime
 //!
@@ -107,7 +117,7 @@ use tokio_postgres::{NoTls, Row, SimpleQueryMessage};
 use super::in_flight::{self, Undo};
 use super::locator::redact_url as redact;
 use super::{
-    Claim, ClaimRequest, Completion, OwnerToken, Record, RecordState, Store, StoreError,
+    gc_cutoff, Claim, ClaimRequest, Completion, OwnerToken, Record, RecordState, Store, StoreError,
     StoreErrorKind, StoreFuture, TakeoverRequest,
 };
 use crate::clock::Timestamp;
@@ -161,8 +171,8 @@ pub enum PostgresConnectError {
         message: String,
     },
     /// The schema name is not 1 to 63 characters of `a-z`, `0-9` and `_` starting with a
-    /// letter or `_`.
-    #[error("invalid schema name {schema:?} for the PostgreSQL store at {url}: use 1 to 63 of a-z, 0-9 and _, not starting with a digit")]
+    /// letter or `_`, or starts with `pg_` (reserved by PostgreSQL for system schemas).
+    #[error("invalid schema name {schema:?} for the PostgreSQL store at {url}: use 1 to 63 of a-z, 0-9 and _, not starting with a digit or pg_")]
     InvalidSchema {
         /// The URL, password redacted.
         url: String,
@@ -333,7 +343,7 @@ impl PostgresStore {
     /// # Errors
     /// As [`connect`](Self::connect), and [`PostgresConnectError::InvalidSchema`] when
     /// `schema` is not 1 to 63 characters of `a-z`, `0-9` and `_` starting with a letter
-    /// or `_`.
+    /// or `_`, or starts with `pg_` (reserved by PostgreSQL).
     pub fn with_schema(url: &str, schema: &str) -> Result<Self, PostgresConnectError> {
         let shown = redact(url);
         if !valid_schema(schema) {
@@ -390,7 +400,9 @@ impl PostgresStore {
     }
 
     /// Deletes every record that is expired at `now` (ms since the Unix epoch; S8: live
-    /// records are never deleted) and returns how many. Not bounded by
+    /// records are never deleted) and returns how many. No drift margin is applied: `now`
+    /// is trusted, so pass a time no later than every caller's clock (for example
+    /// `now − GC_DRIFT_MARGIN_MS`) when callers' clocks may differ. Not bounded by
     /// [`OPERATION_TIMEOUT`]: a large backlog may take longer.
     ///
     /// # Errors
@@ -516,7 +528,12 @@ impl Inner {
             StoreError::new(
                 BACKEND,
                 StoreErrorKind::Unavailable,
-                format!("cannot connect to {}: {e}", self.url),
+                match &e {
+                    deadpool_postgres::PoolError::Backend(e) => {
+                        format!("cannot connect to {}: {}", self.url, error_text(e))
+                    }
+                    e => format!("cannot connect to {}: {e}", self.url),
+                },
             )
         })?;
         self.ready
@@ -710,12 +727,10 @@ impl Inner {
             .ok_or_else(|| self.corrupt(key, "fingerprint is not 64 lowercase hex digits"))?;
         let state = match (owner, lease_until, outcome, completed_at) {
             (Some(owner), Some(lease_until), None, None) => {
-                let owner = (owner.len() == 32)
-                    .then(|| u128::from_str_radix(&owner, 16).ok())
-                    .flatten()
-                    .ok_or_else(|| self.corrupt(key, "owner is not 32 hex digits"))?;
+                let owner = OwnerToken::from_hex(&owner)
+                    .ok_or_else(|| self.corrupt(key, "owner is not 32 lower-case hex digits"))?;
                 RecordState::InProgress {
-                    owner: OwnerToken::from_u128(owner),
+                    owner,
                     lease_until: time(lease_until, "lease_until")?,
                 }
             }
@@ -733,11 +748,18 @@ impl Inner {
         })
     }
 
+    /// A failed statement as a store error: its kind by SQLSTATE ([`error_kind`]), its
+    /// message the server's ([`error_text`]).
     fn db_error(&self, op: &str, e: tokio_postgres::Error) -> StoreError {
         StoreError::new(
             BACKEND,
-            StoreErrorKind::Unavailable,
-            format!("{op} on {} (schema {}): {e}", self.url, self.schema),
+            error_kind(&e),
+            format!(
+                "{op} on {} (schema {}): {}",
+                self.url,
+                self.schema,
+                error_text(&e)
+            ),
         )
     }
 
@@ -762,12 +784,61 @@ impl fmt::Debug for PostgresStore {
     }
 }
 
-/// Whether `schema` is a plain lowercase identifier (safe to quote into SQL).
+/// Whether `schema` is a plain lowercase identifier (safe to quote into SQL) that
+/// PostgreSQL accepts for a new schema (`pg_…` names are reserved for the system).
 fn valid_schema(schema: &str) -> bool {
     let mut chars = schema.chars();
     matches!(chars.next(), Some('a'..='z' | '_'))
         && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_'))
         && schema.len() <= 63
+        && !schema.starts_with("pg_")
+}
+
+/// The kind of a failed statement: server errors that retrying cannot fix are
+/// [`StoreErrorKind::Unsupported`] (SQLSTATE classes `42` syntax error or access rule
+/// violation, `3F` invalid schema name, `0A` feature not supported) or
+/// [`StoreErrorKind::Corrupt`] (class `22` data exception: a stored value this build
+/// cannot read); every other error (connection lost, server shutting down, lock or
+/// serialization conflicts, resources) is [`StoreErrorKind::Unavailable`].
+fn error_kind(e: &tokio_postgres::Error) -> StoreErrorKind {
+    match e.as_db_error().map(|db| db.code().code()) {
+        Some(code) => sqlstate_kind(code),
+        None => StoreErrorKind::Unavailable,
+    }
+}
+
+/// The kind of a server error with SQLSTATE `code` (see [`error_kind`]).
+fn sqlstate_kind(code: &str) -> StoreErrorKind {
+    match code.get(..2) {
+        Some("42" | "3F" | "0A") => StoreErrorKind::Unsupported,
+        Some("22") => StoreErrorKind::Corrupt,
+        _ => StoreErrorKind::Unavailable,
+    }
+}
+
+/// The text of a failed statement: for a server error its message, detail and hint and
+/// its SQLSTATE code (tokio-postgres's own `Display` says only `db error`); otherwise the
+/// client error with its causes.
+fn error_text(e: &tokio_postgres::Error) -> String {
+    let Some(db) = e.as_db_error() else {
+        let mut text = e.to_string();
+        let mut source = std::error::Error::source(e);
+        while let Some(cause) = source {
+            text.push_str(": ");
+            text.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        return text;
+    };
+    let mut text = format!("{}: {}", db.severity(), db.message());
+    if let Some(detail) = db.detail() {
+        text.push_str(&format!(" (detail: {detail})"));
+    }
+    if let Some(hint) = db.hint() {
+        text.push_str(&format!(" (hint: {hint})"));
+    }
+    text.push_str(&format!(" [SQLSTATE {}]", db.code().code()));
+    text
 }
 
 /// A timestamp as a BIGINT (ms), saturating at `i64::MAX`.
@@ -776,7 +847,7 @@ fn to_sql(t: Timestamp) -> i64 {
 }
 
 fn owner_to_sql(owner: OwnerToken) -> String {
-    format!("{:032x}", owner.as_u128())
+    owner.to_hex()
 }
 
 impl Store for PostgresStore {
@@ -789,9 +860,12 @@ impl Store for PostgresStore {
             to_sql(req.lease_until),
             to_sql(req.expires_at),
         ];
-        if self.inner.claims.fetch_add(1, Ordering::Relaxed) % COLLECT_EVERY == COLLECT_EVERY - 1 {
+        let collect =
+            self.inner.claims.fetch_add(1, Ordering::Relaxed) % COLLECT_EVERY == COLLECT_EVERY - 1;
+        // Only rows that expired more than the drift margin before this caller's `now`.
+        if let Some(cutoff) = gc_cutoff(req.now).filter(|_| collect) {
             let inner = Arc::clone(&self.inner);
-            let now = times[0];
+            let now = to_sql(cutoff);
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                 drop(runtime.spawn(async move {
                     let sql = &inner.sql.collect_some;
@@ -962,6 +1036,46 @@ mod tests {
         }
         for bad in ["", "9x", "Idem", "a-b", "a\"b", "x; DROP", &"a".repeat(64)] {
             assert!(!valid_schema(bad), "{bad}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod error_kind_tests {
+    use super::{sqlstate_kind, valid_schema};
+    use crate::store::StoreErrorKind;
+
+    // pins S10: a schema name PostgreSQL reserves is refused up front
+    #[test]
+    fn reserved_schema_names_are_refused() {
+        for bad in ["pg_idem", "pg_", "pg_catalog", "pg_toast"] {
+            assert!(!valid_schema(bad), "{bad}");
+        }
+        for ok in ["pgx", "pg", "idem_pg_", "_pg_x"] {
+            assert!(valid_schema(ok), "{ok}");
+        }
+    }
+
+    // pins S10: server errors that retrying cannot fix are not transient
+    #[test]
+    fn sqlstate_classes_map_to_kinds() {
+        for (code, kind) in [
+            ("42P07", StoreErrorKind::Unsupported), // duplicate table
+            ("42501", StoreErrorKind::Unsupported), // insufficient privilege
+            ("42703", StoreErrorKind::Unsupported), // undefined column
+            ("42939", StoreErrorKind::Unsupported), // reserved name
+            ("3F000", StoreErrorKind::Unsupported), // invalid schema name
+            ("0A000", StoreErrorKind::Unsupported), // feature not supported
+            ("22P02", StoreErrorKind::Corrupt),     // invalid text representation
+            ("22003", StoreErrorKind::Corrupt),     // numeric value out of range
+            ("40001", StoreErrorKind::Unavailable), // serialization failure
+            ("40P01", StoreErrorKind::Unavailable), // deadlock detected
+            ("57P01", StoreErrorKind::Unavailable), // admin shutdown
+            ("53300", StoreErrorKind::Unavailable), // too many connections
+            ("08006", StoreErrorKind::Unavailable), // connection failure
+            ("", StoreErrorKind::Unavailable),
+        ] {
+            assert_eq!(sqlstate_kind(code), kind, "{code}");
         }
     }
 }

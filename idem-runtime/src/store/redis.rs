@@ -106,8 +106,9 @@ pub const DEFAULT_PREFIX: &str = "idem:";
 pub const REDIS_LAYOUT_VERSION: u32 = 1;
 
 /// How long (ms) after a record expired, by the engine's clock at write time, Redis may
-/// delete it: room for clock drift between workers. One hour.
-pub const GC_MARGIN_MS: u64 = 3_600_000;
+/// delete it: room for clock drift between workers. One hour, the margin all stores keep
+/// ([`GC_DRIFT_MARGIN_MS`](super::GC_DRIFT_MARGIN_MS)).
+pub const GC_MARGIN_MS: u64 = super::GC_DRIFT_MARGIN_MS;
 
 /// Garbage deadlines further ahead than this (ms, about 100 years) are not set at all: the
 /// record is kept without a Redis expiry.
@@ -467,8 +468,8 @@ impl RedisStore {
             .ok_or_else(|| self.corrupt(key, "fingerprint is not 64 lowercase hex digits"))?;
         let state = match (owner, lease_until, outcome, completed_at) {
             (Some(owner), lease_until @ Some(_), None, None) => RecordState::InProgress {
-                owner: owner_from_hex(&owner)
-                    .ok_or_else(|| self.corrupt(key, "owner is not 32 hex digits"))?,
+                owner: OwnerToken::from_hex(&owner)
+                    .ok_or_else(|| self.corrupt(key, "owner is not 32 lower-case hex digits"))?,
                 lease_until: time(lease_until, "lease_until")?,
             },
             (None, None, Some(outcome), completed_at @ Some(_)) => RecordState::Completed {
@@ -520,12 +521,16 @@ async fn send(
     reply
 }
 
+/// A failed command as a store error: a `WRONGTYPE` reply (a value of another type at a
+/// record's key, which no retry can fix) is [`StoreErrorKind::Corrupt`]; anything else
+/// (connection lost, timeout, server busy) is [`StoreErrorKind::Unavailable`].
 fn redis_error(url: &str, what: &str, e: redis::RedisError) -> StoreError {
-    StoreError::new(
-        BACKEND,
-        StoreErrorKind::Unavailable,
-        format!("{what} on {url}: {e}"),
-    )
+    let kind = if e.code() == Some("WRONGTYPE") {
+        StoreErrorKind::Corrupt
+    } else {
+        StoreErrorKind::Unavailable
+    };
+    StoreError::new(BACKEND, kind, format!("{what} on {url}: {e}"))
 }
 
 /// An instant as 20 zero-padded decimal digits (see the module documentation).
@@ -534,14 +539,7 @@ fn time_arg(t: Timestamp) -> String {
 }
 
 fn owner_hex(owner: OwnerToken) -> String {
-    format!("{:032x}", owner.as_u128())
-}
-
-fn owner_from_hex(hex: &str) -> Option<OwnerToken> {
-    (hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
-        .then(|| u128::from_str_radix(hex, 16).ok())
-        .flatten()
-        .map(OwnerToken::from_u128)
+    owner.to_hex()
 }
 
 /// The relative garbage deadline (ms) of a record expiring at `expires_at`, written at

@@ -46,8 +46,10 @@
 //! - take over, complete, release: one compare-and-set statement each,
 //!   `UPDATE/DELETE … WHERE key = ? AND owner = ? …`.
 //! - expiry is compared with the `now` the engine passes in, never SQLite's clock; rows
-//!   are deleted only once expired (every 1024 claims of a store, at most 256 rows at a
-//!   time, or by [`SqliteStore::collect_garbage`]).
+//!   are deleted only once expired: every 1024 claims of a store at most 256 rows that
+//!   expired more than [`GC_DRIFT_MARGIN_MS`](super::GC_DRIFT_MARGIN_MS) (one hour) before
+//!   the claim's `now` (room for clock drift between callers), or by
+//!   [`SqliteStore::collect_garbage`] all that expired at the `now` it is given.
 //!
 //! # Concurrency
 //!
@@ -67,8 +69,9 @@
 //! If a caller drops a claim or takeover future while its statement is still running on
 //! the blocking pool, and the statement then acquires the claim, the store releases it at
 //! once on the runtime (S7) rather than leaving it in progress until its lease lapses.
-//! [`Store::release_on_drop`] always runs inline (a `Drop` cannot await): one short
-//! statement. [`Store::watch`] returns `None`: another process's change cannot be
+//! [`Store::release_on_drop`] (a `Drop` cannot await) hands its one short statement to
+//! the blocking pool inside a runtime, so dropping a call never blocks an executor thread
+//! while another connection holds the write lock, and runs it inline outside one. [`Store::watch`] returns `None`: another process's change cannot be
 //! signalled, so waiting duplicates poll with backoff (S5).
 
 use std::fmt;
@@ -81,7 +84,7 @@ use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBeha
 
 use super::in_flight::{self, Undo};
 use super::{
-    Claim, ClaimRequest, Completion, OwnerToken, Record, RecordState, Store, StoreError,
+    gc_cutoff, Claim, ClaimRequest, Completion, OwnerToken, Record, RecordState, Store, StoreError,
     StoreErrorKind, StoreFuture, TakeoverRequest,
 };
 use crate::clock::Timestamp;
@@ -364,8 +367,11 @@ impl SqliteStore {
         &self.inner.path
     }
 
-    /// Deletes every record that is expired at `now` (S8: live records are never
-    /// deleted) and returns how many. Runs inline: call it from a blocking context.
+    /// Deletes every record that is expired at `now` (ms since the Unix epoch; S8: live
+    /// records are never deleted) and returns how many. No drift margin is applied: `now`
+    /// is trusted, so pass a time no later than every caller's clock (for example
+    /// `now − GC_DRIFT_MARGIN_MS`) when callers' clocks may differ. Runs inline: call it
+    /// from a blocking context.
     ///
     /// # Errors
     /// [`StoreError`] when the statement fails (for example the write lock stayed busy
@@ -442,7 +448,7 @@ fn to_sql(t: Timestamp) -> i64 {
 }
 
 fn owner_to_sql(owner: OwnerToken) -> String {
-    format!("{:032x}", owner.as_u128())
+    owner.to_hex()
 }
 
 fn db_error(path: &Path, op: &str, e: rusqlite::Error) -> StoreError {
@@ -506,12 +512,10 @@ fn decode(path: &Path, key: &str, raw: RawRow) -> Result<Record, StoreError> {
         .ok_or_else(|| corrupt(path, key, "fingerprint is not 64 lowercase hex digits"))?;
     let state = match (owner, lease_until, outcome, completed_at) {
         (Some(owner), Some(lease_until), None, None) => {
-            let owner = (owner.len() == 32)
-                .then(|| u128::from_str_radix(&owner, 16).ok())
-                .flatten()
-                .ok_or_else(|| corrupt(path, key, "owner is not 32 hex digits"))?;
+            let owner = OwnerToken::from_hex(&owner)
+                .ok_or_else(|| corrupt(path, key, "owner is not 32 lower-case hex digits"))?;
             RecordState::InProgress {
-                owner: OwnerToken::from_u128(owner),
+                owner,
                 lease_until: time(lease_until, "lease_until")?,
             }
         }
@@ -569,8 +573,9 @@ impl Store for SqliteStore {
                     })?;
                     Claim::Existing(record)
                 };
-                if collect {
-                    tx.execute(COLLECT_SOME, params![to_sql(now), COLLECT_BATCH])
+                // Only rows that expired more than the drift margin before `now`.
+                if let Some(cutoff) = gc_cutoff(now).filter(|_| collect) {
+                    tx.execute(COLLECT_SOME, params![to_sql(cutoff), COLLECT_BATCH])
                         .map_err(failed)?;
                 }
                 tx.commit().map_err(failed)?;
@@ -665,9 +670,20 @@ impl Store for SqliteStore {
         self.run(move |conn, path| read_live(conn, path, &key, now), None)
     }
 
+    /// Inside a tokio runtime the release runs on its blocking pool (the guard's `Drop`
+    /// never waits for the write lock on an executor thread); outside one it runs inline.
     fn release_on_drop(&self, key: &IdempotencyKey, owner: OwnerToken) {
-        if let Err(error) = self.release_inline(key, owner) {
-            tracing::warn!(key = %key, %error, "could not release the claim; it lapses with its lease");
+        let release = move |store: &SqliteStore, key: &IdempotencyKey| {
+            if let Err(error) = store.release_inline(key, owner) {
+                tracing::warn!(key = %key, %error, "could not release the claim; it lapses with its lease");
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let (store, key) = (self.clone(), key.clone());
+                drop(runtime.spawn_blocking(move || release(&store, &key)));
+            }
+            Err(_) => release(self, key),
         }
     }
 
