@@ -1,11 +1,6 @@
 //! Adversarial probes of the store backends through the attribute (issue 3). Each test names
-//! the contract rules it pins; a test that demonstrates a bug not fixed yet is
-//! `#[ignore = "BUG: …"]` (run it with `--ignored`). The store-level probes are in
+//! the contract rules it pins. The store-level probes are in
 //! `idem-runtime/tests/adversarial_stores.rs`.
-//!
-//! ```text
-//! cargo test --features redis --test adversarial_stores -- --ignored
-//! ```
 
 #![cfg(feature = "redis")]
 

@@ -1,8 +1,8 @@
 //! Adversarial probes of the store backends and of store selection (issue 3), against the
-//! contract (docs/CONTRACT.md). Each test names the rules it pins. Tests that demonstrate a
-//! bug that is not fixed yet, or a documented limitation, is `#[ignore = "BUG: …"]` /
-//! `#[ignore = "KNOWN LIMITATION …"]` so the suite stays green; run them
-//! with `--ignored` to see them fail.
+//! contract (docs/CONTRACT.md). Each test names the rules it pins. The two tests that
+//! demonstrate a limitation that is documented but not lifted are
+//! `#[ignore = "KNOWN LIMITATION …"]` so the suite stays green; run them with `--ignored`
+//! to see them fail.
 //!
 //! Backends are enabled by the cargo features of `idem-runtime` (`sqlite`, `redis`,
 //! `postgres`); Redis and PostgreSQL tests use `IDEM_TEST_REDIS_URL` /
