@@ -23,7 +23,11 @@ for file in "${transcripts[@]}"; do
   [ "$(field round_trips "$lost")" = $(($(field round_trips "$plain") + $(field calls "$lost"))) ] || fail "$file: each retry after a lost response should cost exactly 1 round trip (a replay): $lost"
 done
 
-all=$("$replay" "${transcripts[@]}" | tail -n 1)
+# Every call line shows its key's first 12 hex digits (S12, K10), also when the demo tool's
+# `#[idempotent]` name differs from the provider's tool name.
+lines=$("$replay" "${transcripts[@]}")
+! grep -q $'\tkey -\t' <<<"$lines" || fail "a call line shows no key: $(grep -m1 $'\tkey -\t' <<<"$lines")"
+all=$(tail -n 1 <<<"$lines")
 expected='{"files":10,"turns":11,"calls":19,"executions":17,"replays":2,"attempts":19,"errors":0,"round_trips":36}'
 [ "$all" = "$expected" ] || fail "all transcripts: got $all, expected $expected"
 all_lost=$("$replay" --lose-first-response "${transcripts[@]}" | tail -n 1)

@@ -198,7 +198,9 @@ fn status_of(call: &CallReport, conversation: &str, executed: &BTreeSet<String>)
     }
 }
 
-async fn run(options: Options) -> (Summary, bool) {
+/// The summary (`None` when the store could not be opened: nothing ran) and whether every
+/// file was read.
+async fn run(options: Options) -> (Option<Summary>, bool) {
     let mut summary = Summary::default();
     let mut all_read = true;
     let mut loaded = Vec::new();
@@ -232,7 +234,7 @@ async fn run(options: Options) -> (Summary, bool) {
         Ok(engine) => engine,
         Err(message) => {
             eprintln!("replay: {message}");
-            return (summary, false);
+            return (None, false);
         }
     };
     let round_trips_before = engine.store().round_trips();
@@ -249,7 +251,7 @@ async fn run(options: Options) -> (Summary, bool) {
         Ok(dispatcher) => dispatcher,
         Err(e) => {
             eprintln!("replay: {e}");
-            return (summary, false);
+            return (Some(summary), false);
         }
     };
     for (path, turns) in loaded {
@@ -291,7 +293,7 @@ async fn run(options: Options) -> (Summary, bool) {
         .round_trips()
         .zip(round_trips_before)
         .map(|(after, before)| after - before);
-    (summary, all_read)
+    (Some(summary), all_read)
 }
 
 fn main() -> ExitCode {
@@ -320,9 +322,11 @@ fn main() -> ExitCode {
         }
     };
     let (summary, all_read) = runtime.block_on(run(options));
-    match serde_json::to_string(&summary) {
-        Ok(line) => println!("{line}"),
-        Err(e) => eprintln!("replay: cannot write the summary: {e}"),
+    if let Some(summary) = summary {
+        match serde_json::to_string(&summary) {
+            Ok(line) => println!("{line}"),
+            Err(e) => eprintln!("replay: cannot write the summary: {e}"),
+        }
     }
     if all_read {
         ExitCode::SUCCESS

@@ -190,8 +190,8 @@ impl PreparedCall {
                     format!(
                         "a sync tool cannot use the {backend} store on a current-thread tokio \
                          runtime: waiting for the store would block the only thread that \
-                         drives its I/O; make the tool async, call it from \
-                         tokio::task::spawn_blocking, or use a multi-thread runtime"
+                         drives its I/O; make the tool async, or run it on a multi-thread \
+                         runtime (where the wait moves off the worker thread)"
                     ),
                 );
                 return Err(E::from(self.store_error(refused)));

@@ -204,7 +204,12 @@ impl Dispatcher {
             }
         }
         let reply = final_reply(&attempts, self.retry.max_attempts());
-        let key = record.derived().map(|derived| derived.key);
+        // The carried key; else (a tool whose `#[idempotent]` name differs from the name it is
+        // registered under carries none, K9) the key its outcome reports.
+        let key = record
+            .derived()
+            .map(|derived| derived.key)
+            .or_else(|| reply.record.as_ref().map(|r| r.key.clone()));
         report(call, attempts, key, reply)
     }
 

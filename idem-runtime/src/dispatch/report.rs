@@ -37,8 +37,9 @@ pub struct CallReport {
     /// its last attempt lost the reply. Its `record` says executed or replayed, with the
     /// key (S12).
     pub reply: ToolReply,
-    /// The idempotency key the call's first attempt derived and every retry carried (K9);
-    /// `None` when no attempt got as far as deriving one.
+    /// The idempotency key the call's first attempt derived and every retry carried (K9),
+    /// else the key of the final reply's outcome; `None` when no attempt got as far as
+    /// deriving one.
     pub key: Option<IdempotencyKey>,
     /// The result in the provider's shape, matched to [`id`](Self::id) (D5).
     pub result: Value,
