@@ -580,3 +580,39 @@ mod tests {
         assert_eq!(store_error.kind, StoreErrorKind::Unsupported);
     }
 }
+
+#[cfg(test)]
+mod redact_tests {
+    use super::redact_url;
+
+    #[test]
+    fn passwords_never_show_and_other_urls_stay_whole() {
+        for (text, shown) in [
+            ("redis://host:6379/0", "redis://host:6379/0"),
+            (
+                "postgres://u@h/db?application_name=a@b",
+                "postgres://u@h/db?application_name=a@b",
+            ),
+            ("postgres://u:p@ss@h/db", "postgres://u:***@h/db"),
+            ("postgres://ü:pässwörd@h/db", "postgres://ü:***@h/db"),
+            (
+                "postgres://u@h/db?PASSWORD=x&sslmode=disable",
+                "postgres://u@h/db?PASSWORD=***&sslmode=disable",
+            ),
+            (
+                "host=h password='a \\' b' dbname=x",
+                "host=h password=*** dbname=x",
+            ),
+            (
+                "host=h passwordx=1 mypassword=2",
+                "host=h passwordx=1 mypassword=2",
+            ),
+            ("password=", "password=***"),
+            ("", ""),
+            ("@", "@"),
+            ("://@", "://@"),
+        ] {
+            assert_eq!(redact_url(text), shown, "{text:?}");
+        }
+    }
+}
