@@ -24,7 +24,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use crate::clock::{Clock, SystemClock};
 use crate::store::{Store, StoreConfigError, StoreError, StoreLocator};
@@ -275,7 +275,7 @@ fn read_env_locator() -> Result<StoreLocator, StoreConfigError> {
 
 /// Stores opened for `#[idempotent(store = "…")]`, by locator text: every tool that names
 /// the same locator shares one store.
-static TOOL_STORES: OnceLock<Mutex<HashMap<&'static str, Arc<dyn Store>>>> = OnceLock::new();
+static TOOL_STORES: OnceLock<RwLock<HashMap<&'static str, Arc<dyn Store>>>> = OnceLock::new();
 
 /// The engine for a call to `tool` whose attribute names the store `locator`: that store,
 /// with the clock of `fallback` (the context's engine) or the system clock.
@@ -289,21 +289,32 @@ pub(crate) fn tool_engine(
     fallback: Option<&Engine>,
 ) -> Result<Engine, StoreError> {
     let stores = TOOL_STORES.get_or_init(Default::default);
-    let mut stores = stores.lock().unwrap_or_else(|p| p.into_inner());
-    let store = match stores.get(locator) {
-        Some(store) => store.clone(),
+    // Every call of such a tool looks its store up: a shared read lock, so concurrent calls
+    // never queue behind each other; the write lock only for the first open.
+    let known = stores
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(locator)
+        .cloned();
+    let store = match known {
+        Some(store) => store,
         None => {
-            let store = StoreLocator::parse(locator)
-                .and_then(|l| l.open())
-                .map_err(|e| {
-                    e.from_origin(format!("store = … on the tool `{tool}`"))
-                        .into_store_error()
-                })?;
-            stores.insert(locator, store.clone());
-            store
+            let mut stores = stores.write().unwrap_or_else(|p| p.into_inner());
+            match stores.get(locator) {
+                Some(store) => store.clone(),
+                None => {
+                    let store = StoreLocator::parse(locator)
+                        .and_then(|l| l.open())
+                        .map_err(|e| {
+                            e.from_origin(format!("store = … on the tool `{tool}`"))
+                                .into_store_error()
+                        })?;
+                    stores.insert(locator, store.clone());
+                    store
+                }
+            }
         }
     };
-    drop(stores);
     Ok(match fallback {
         Some(engine) => engine.with_store(store),
         None => Engine {
