@@ -235,7 +235,7 @@ impl PreparedCall {
                 .await
                 .map_err(|e| self.store_error(e))?
             {
-                Claim::Acquired => {
+                Claim::Acquired { .. } => {
                     let lifetime = Lifetime {
                         created_at: now,
                         expires_at,
@@ -265,7 +265,10 @@ impl PreparedCall {
                     };
                     return Ok(Acquired::Replay(outcome, lifetime));
                 }
-                RecordState::InProgress { owner, lease_until } => (owner, lease_until),
+                RecordState::InProgress { owner, lease_until }
+                | RecordState::OutcomeUnknown {
+                    owner, lease_until, ..
+                } => (owner, lease_until),
             };
             if now >= seen_lease_until {
                 let takeover = TakeoverRequest {
@@ -276,6 +279,7 @@ impl PreparedCall {
                     now,
                     lease_until,
                     expires_at,
+                    fence: record.fence + 1,
                 };
                 if store
                     .take_over(takeover)
@@ -451,7 +455,12 @@ impl Drop for ClaimGuard {
     fn drop(&mut self) {
         if self.armed {
             tracing::warn!(key = %self.key, "body did not finish (panic or cancellation); releasing the claim");
-            self.store.release_on_drop(&self.key, self.owner);
+            let (store, key, owner) = (Arc::clone(&self.store), self.key.clone(), self.owner);
+            let release = async move { drop(store.release(&key, owner).await) };
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => drop(runtime.spawn(release)),
+                Err(_) => pollster::block_on(release),
+            }
         }
     }
 }

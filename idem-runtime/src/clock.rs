@@ -79,12 +79,18 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;
 
+/// This machine's wall clock (`SystemTime`), whatever clock an engine uses: the clock the
+/// memory and SQLite stores judge garbage collection by (G1).
+pub(crate) fn system_now() -> Timestamp {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO);
+    Timestamp(duration_millis(since))
+}
+
 impl Clock for SystemClock {
     fn now(&self) -> Timestamp {
-        let since = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or(Duration::ZERO);
-        Timestamp(duration_millis(since))
+        system_now()
     }
 
     fn sleep_until(&self, deadline: Timestamp) -> Sleep {

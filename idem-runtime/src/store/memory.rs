@@ -8,8 +8,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use tokio::sync::watch;
 
 use super::{
-    gc_cutoff, ChangeSignal, Claim, ClaimRequest, Completion, OwnerToken, Record, RecordState,
-    Store, StoreFuture, TakeoverRequest,
+    gc_cutoff, is_garbage, ChangeSignal, Claim, ClaimRequest, Completion, MarkUnknownRequest,
+    OwnerToken, Record, RecordState, RenewRequest, Store, StoreFuture, TakeoverRequest,
 };
 use crate::clock::Timestamp;
 use crate::envelope::Envelope;
@@ -22,13 +22,16 @@ const SWEEP_EVERY: u64 = 4096;
 /// (S2), so it is exact within a process and shares nothing across processes or restarts.
 ///
 /// Expired records are treated as absent on every read and swept every 4096 claims once
-/// they expired more than [`GC_DRIFT_MARGIN_MS`](super::GC_DRIFT_MARGIN_MS) (one hour)
-/// before the sweeping claim's `now`, so a caller whose clock runs ahead does not drop
-/// other callers' live records; live records are never evicted (S8). Waiting duplicates are woken by their key's change
-/// signal, not by polling and not by other keys' changes (S5). Every future it returns is ready at once, so sync tools can use it.
+/// they (and, unless completed, their leases) expired more than
+/// [`GC_DRIFT_MARGIN_MS`](super::GC_DRIFT_MARGIN_MS) (one hour) before both the sweeping
+/// claim's `now` and this machine's wall clock, so a caller whose clock runs ahead, even by
+/// a year, never drops other callers' live records (G1); live records are never evicted
+/// (S8). Waiting duplicates are woken by their key's change signal, not by polling and not
+/// by other keys' changes (S5). Every future it returns is ready at once, so sync tools can
+/// use it.
 ///
 /// It counts its operations as round trips ([`Store::round_trips`]): one per claim, take
-/// over, complete, release, read and release on drop.
+/// over, renew, mark unknown, complete, release and read.
 pub struct MemoryStore {
     state: Mutex<State>,
     round_trips: AtomicU64,
@@ -92,19 +95,6 @@ impl MemoryStore {
             .get_mut(key)
             .filter(|record| now < record.expires_at)
     }
-
-    fn release_now(&self, key: &IdempotencyKey, owner: OwnerToken) -> bool {
-        let mut state = self.lock();
-        let owned = matches!(
-            state.records.get(key),
-            Some(Record { state: RecordState::InProgress { owner: o, .. }, .. }) if *o == owner
-        );
-        if owned {
-            state.records.remove(key);
-            Self::notify(&mut state, key);
-        }
-        owned
-    }
 }
 
 impl Default for MemoryStore {
@@ -133,7 +123,7 @@ impl Store for MemoryStore {
         if state.claims_since_sweep >= SWEEP_EVERY {
             state.claims_since_sweep = 0;
             if let Some(cutoff) = gc_cutoff(req.now) {
-                state.records.retain(|_, record| cutoff < record.expires_at);
+                state.records.retain(|_, record| !is_garbage(record, cutoff));
             }
             state
                 .signals
@@ -142,19 +132,25 @@ impl Store for MemoryStore {
         if let Some(record) = Self::live(&mut state, req.key, req.now) {
             return ready(Claim::Existing(record.clone()));
         }
+        // F1: an expired record still held passes its fence on.
+        let fence = state
+            .records
+            .get(req.key)
+            .map_or(1, |expired| expired.fence.saturating_add(1));
         state.records.insert(
             req.key.clone(),
             Record {
                 fingerprint: req.fingerprint.clone(),
                 created_at: req.now,
                 expires_at: req.expires_at,
+                fence,
                 state: RecordState::InProgress {
                     owner: req.owner,
                     lease_until: req.lease_until,
                 },
             },
         );
-        ready(Claim::Acquired)
+        ready(Claim::Acquired { fence })
     }
 
     fn take_over<'a>(&'a self, req: TakeoverRequest<'a>) -> StoreFuture<'a, bool> {
@@ -163,11 +159,13 @@ impl Store for MemoryStore {
         let Some(record) = Self::live(&mut state, req.key, req.now) else {
             return ready(false);
         };
-        let unchanged = matches!(
-            record.state,
+        let unchanged = match record.state {
             RecordState::InProgress { owner, lease_until }
-                if owner == req.seen_owner && lease_until == req.seen_lease_until
-        );
+            | RecordState::OutcomeUnknown {
+                owner, lease_until, ..
+            } => owner == req.seen_owner && lease_until == req.seen_lease_until,
+            RecordState::Completed { .. } => false,
+        };
         if unchanged {
             record.state = RecordState::InProgress {
                 owner: req.owner,
@@ -175,8 +173,48 @@ impl Store for MemoryStore {
             };
             record.created_at = req.now;
             record.expires_at = req.expires_at;
+            record.fence = req.fence;
         }
         ready(unchanged)
+    }
+
+    fn renew<'a>(&'a self, req: RenewRequest<'a>) -> StoreFuture<'a, bool> {
+        self.count();
+        let mut state = self.lock();
+        let renewed = match Self::live(&mut state, req.key, req.now) {
+            Some(Record {
+                state: RecordState::InProgress { owner, lease_until },
+                ..
+            }) if *owner == req.owner => {
+                *lease_until = req.lease_until;
+                true
+            }
+            _ => false,
+        };
+        ready(renewed)
+    }
+
+    fn mark_unknown<'a>(&'a self, req: MarkUnknownRequest<'a>) -> StoreFuture<'a, bool> {
+        self.count();
+        let mut state = self.lock();
+        let marked = match Self::live(&mut state, req.key, req.now) {
+            Some(record) => match record.state {
+                RecordState::InProgress { owner, lease_until } if owner == req.owner => {
+                    record.state = RecordState::OutcomeUnknown {
+                        owner,
+                        lease_until,
+                        since: req.since,
+                    };
+                    true
+                }
+                _ => false,
+            },
+            None => false,
+        };
+        if marked {
+            Self::notify(&mut state, req.key);
+        }
+        ready(marked)
     }
 
     fn complete<'a>(
@@ -207,7 +245,16 @@ impl Store for MemoryStore {
 
     fn release<'a>(&'a self, key: &'a IdempotencyKey, owner: OwnerToken) -> StoreFuture<'a, bool> {
         self.count();
-        ready(self.release_now(key, owner))
+        let mut state = self.lock();
+        let owned = matches!(
+            state.records.get(key),
+            Some(Record { state: RecordState::InProgress { owner: o, .. }, .. }) if *o == owner
+        );
+        if owned {
+            state.records.remove(key);
+            Self::notify(&mut state, key);
+        }
+        ready(owned)
     }
 
     fn read<'a>(
@@ -218,11 +265,6 @@ impl Store for MemoryStore {
         self.count();
         let mut state = self.lock();
         ready(Self::live(&mut state, key, now).cloned())
-    }
-
-    fn release_on_drop(&self, key: &IdempotencyKey, owner: OwnerToken) {
-        self.count();
-        self.release_now(key, owner);
     }
 
     fn watch(&self, key: &IdempotencyKey) -> Option<ChangeSignal> {
@@ -273,7 +315,7 @@ mod tests {
                 lease_until: now,
                 expires_at: Timestamp::from_millis(u64::MAX),
             }));
-            assert_eq!(claim.ok(), Some(Claim::Acquired));
+            assert!(matches!(claim, Ok(Claim::Acquired { .. })));
         }
     }
 
@@ -292,7 +334,7 @@ mod tests {
             lease_until: Timestamp::from_millis(0),
             expires_at,
         }));
-        assert_eq!(claim.ok(), Some(Claim::Acquired));
+        assert!(matches!(claim, Ok(Claim::Acquired { .. })));
         let at_margin = Timestamp::from_millis(expires_at.as_millis() + GC_DRIFT_MARGIN_MS);
         sweep_at(&store, 100_000, at_margin);
         assert_eq!(

@@ -1,10 +1,12 @@
 //! The store: where claims and saved outcomes live (contract S1–S11).
 //!
 //! A store keeps one [`Record`] per idempotency key and moves it through
-//! `absent → in progress → completed` (S1) with operations that are each **one atomic
-//! step** (S2): [`Store::claim`] is insert-if-absent, [`Store::take_over`] and
-//! [`Store::complete`] are compare-and-set on the owner token. The protocol that drives
-//! these steps lives in [`crate::call`]; stores only keep state.
+//! `absent → in progress → completed` (S1), with a side state `outcome unknown` (U1), using
+//! operations that are each **one atomic step** (S2): [`Store::claim`] is
+//! insert-if-absent; [`Store::take_over`], [`Store::renew`], [`Store::mark_unknown`],
+//! [`Store::complete`] and [`Store::release`] are compare-and-set on the owner token. Every
+//! claim and takeover carries a fencing token that strictly increases per key (F1). The
+//! protocol that drives these steps lives in [`crate::call`]; stores only keep state.
 //!
 //! Methods return boxed `Send` futures so that network stores never block an executor
 //! thread; in-process stores return futures that are ready at once, which is what lets
@@ -48,24 +50,46 @@ use crate::clock::Timestamp;
 use crate::envelope::Envelope;
 use crate::key::{Fingerprint, IdempotencyKey};
 
-/// How long, in milliseconds, after a record expired by the clock of the caller that
-/// triggers a garbage collection a store may delete it: room for clock drift between
-/// workers. One hour.
+/// How long, in milliseconds, after a record expired a store's background garbage
+/// collection may delete it: room for clock drift between workers. One hour.
 ///
-/// Every store's background garbage collection keeps this margin (the memory store's
-/// sweep, SQLite's and PostgreSQL's collection during claims, Redis's `PEXPIRE`), so a
-/// caller whose clock runs ahead by less than the margin never deletes another caller's
-/// live record (S8). Reads are not affected: they treat a record as absent as soon as it
-/// has expired by the reader's clock.
+/// Garbage collection never deletes a live record (G1): a record is deleted only once both
+/// its `expires_at` and (for a record in progress or with an unknown outcome) its
+/// `lease_until` lie more than this margin in the past **by the deleting caller's clock and
+/// by the store's own clock** — the server's for PostgreSQL and Redis, this machine's wall
+/// clock for the memory and SQLite stores. A worker whose clock runs ahead, by an hour or
+/// by a year, therefore deletes nothing that the store's clock still sees live. Reads are
+/// not affected: they treat a record as absent as soon as it has expired by the reader's
+/// (the engine's) clock (S8).
 pub const GC_DRIFT_MARGIN_MS: u64 = 3_600_000;
 
-/// The garbage cutoff of a background collection at `now`: records whose `expires_at` is
-/// at or before it expired more than [`GC_DRIFT_MARGIN_MS`] before `now` and may be
-/// deleted. `None` while `now` is within the margin of the epoch (nothing may be deleted).
+/// The garbage cutoff of a background collection made by a caller whose clock reads `now`,
+/// judged also by this machine's wall clock (`SystemTime`): records whose `expires_at`
+/// (and `lease_until`, while in progress or unknown) are at or before it may be deleted
+/// (G1). `None` while either clock is within the margin of the epoch (nothing may be
+/// deleted). For the stores without a clock of their own: memory and SQLite.
 pub(crate) fn gc_cutoff(now: Timestamp) -> Option<Timestamp> {
-    now.as_millis()
+    gc_cutoff_by(now, crate::clock::system_now())
+}
+
+/// [`gc_cutoff`] by two given clocks: the caller's `now` and the store's `store_now`.
+pub(crate) fn gc_cutoff_by(now: Timestamp, store_now: Timestamp) -> Option<Timestamp> {
+    now.min(store_now)
+        .as_millis()
         .checked_sub(GC_DRIFT_MARGIN_MS + 1)
         .map(Timestamp::from_millis)
+}
+
+/// Whether a background collection with cutoff `cutoff` ([`gc_cutoff`]) may delete
+/// `record` (G1): it expired at or before the cutoff and, unless completed, its lease
+/// lapsed at or before it too.
+pub(crate) fn is_garbage(record: &Record, cutoff: Timestamp) -> bool {
+    record.expires_at <= cutoff
+        && match &record.state {
+            RecordState::Completed { .. } => true,
+            RecordState::InProgress { lease_until, .. }
+            | RecordState::OutcomeUnknown { lease_until, .. } => *lease_until <= cutoff,
+        }
 }
 
 /// A boxed `Send` future returning `Result<T, StoreError>`.
@@ -132,19 +156,39 @@ pub struct Record {
     pub created_at: Timestamp,
     /// `created_at + ttl`: live while now < `expires_at`, expired from that instant (S8).
     pub expires_at: Timestamp,
-    /// In progress or completed.
+    /// The fencing token of the claim or takeover that owns (or owned) the record: 1 for
+    /// the first claim of a key the store does not hold, and one more than the stored
+    /// record's for every later claim (of an expired record) and takeover (F1).
+    pub fence: u64,
+    /// In progress, outcome unknown, or completed.
     pub state: RecordState,
 }
 
-/// The two live states of a record (S1).
+/// The live states of a record (S1, U1).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RecordState {
-    /// A caller holds the claim and is running the body.
+    /// A caller holds the claim and is running the body, renewing its lease (L1).
     InProgress {
         /// Who holds the claim.
         owner: OwnerToken,
-        /// When the claim lapses: from this instant another caller may take over (S6).
+        /// When the claim lapses unless renewed: from this instant another caller may take
+        /// over (S6, L1).
         lease_until: Timestamp,
+    },
+    /// The owner gave up without an outcome (its body was cancelled, panicked, or ended
+    /// with "outcome unknown"; or a reconcile function could not tell): whether the effect
+    /// happened is unknown (U1). Nobody renews the lease. A tool with a reconcile function
+    /// takes the record over at once and reconciles (U3); any other caller gets
+    /// [`Error::OutcomeUnknown`](crate::Error::OutcomeUnknown) until `lease_until`, and
+    /// then takes over and runs the body again (U2).
+    OutcomeUnknown {
+        /// The owner that gave up.
+        owner: OwnerToken,
+        /// When the held claim lapses (the owner's last lease deadline).
+        lease_until: Timestamp,
+        /// When the run whose outcome is unknown claimed the key (kept across
+        /// reconciliations that could not tell).
+        since: Timestamp,
     },
     /// The body ran and its outcome is saved.
     Completed {
@@ -176,18 +220,23 @@ pub struct ClaimRequest<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
     /// The key was absent or expired: a new in-progress record now belongs to the caller.
-    Acquired,
+    Acquired {
+        /// The new claim's fencing token: 1 if the store held no record of the key, else
+        /// the expired record's fence + 1 (F1).
+        fence: u64,
+    },
     /// A live record exists (in progress or completed, any fingerprint); nothing changed.
     Existing(Record),
 }
 
-/// Arguments of [`Store::take_over`]: replace an in-progress record whose lease lapsed.
+/// Arguments of [`Store::take_over`]: replace an in-progress record whose lease lapsed, or
+/// a record whose outcome is unknown.
 #[derive(Debug, Clone)]
 pub struct TakeoverRequest<'a> {
     /// The key.
     pub key: &'a IdempotencyKey,
-    /// The owner seen in the lapsed record: the compare-and-set succeeds only if the
-    /// record is still in progress with this owner and this lease deadline.
+    /// The owner seen in the record: the compare-and-set succeeds only if the record is
+    /// still in progress (or outcome unknown) with this owner and this lease deadline.
     pub seen_owner: OwnerToken,
     /// The lease deadline seen in the lapsed record.
     pub seen_lease_until: Timestamp,
@@ -199,6 +248,36 @@ pub struct TakeoverRequest<'a> {
     pub lease_until: Timestamp,
     /// The new expiry (`now + ttl`).
     pub expires_at: Timestamp,
+    /// The new owner's fencing token: the seen record's fence + 1 (F1).
+    pub fence: u64,
+}
+
+/// Arguments of [`Store::renew`]: extend a held claim's lease (a heartbeat, L1).
+#[derive(Debug, Clone)]
+pub struct RenewRequest<'a> {
+    /// The key.
+    pub key: &'a IdempotencyKey,
+    /// The owner renewing: the compare-and-set succeeds only if the record is live and
+    /// still in progress with this owner.
+    pub owner: OwnerToken,
+    /// The engine clock's "now": decides expiry.
+    pub now: Timestamp,
+    /// The new lease deadline (`now + lease`).
+    pub lease_until: Timestamp,
+}
+
+/// Arguments of [`Store::mark_unknown`]: the owner gives up without an outcome (U1).
+#[derive(Debug, Clone)]
+pub struct MarkUnknownRequest<'a> {
+    /// The key.
+    pub key: &'a IdempotencyKey,
+    /// The owner giving up: the compare-and-set succeeds only if the record is live and
+    /// still in progress with this owner.
+    pub owner: OwnerToken,
+    /// The engine clock's "now": decides expiry.
+    pub now: Timestamp,
+    /// When the run whose outcome is unknown claimed the key.
+    pub since: Timestamp,
 }
 
 /// What [`Store::complete`] did.
@@ -279,10 +358,23 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// record untouched as [`Claim::Existing`].
     fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, Claim>;
 
-    /// Compare-and-set: if the key's record is still in progress with
-    /// `req.seen_owner` and `req.seen_lease_until`, make `req.owner` its owner with the
-    /// new lease and expiry and return `true`; otherwise change nothing and return `false`.
+    /// Compare-and-set: if the key's live record is still in progress or outcome unknown
+    /// with `req.seen_owner` and `req.seen_lease_until`, make it in progress again, owned
+    /// by `req.owner`, with the new lease, `created_at = req.now`, the new expiry and
+    /// `req.fence`, and return `true`; otherwise change nothing and return `false`. Whether
+    /// a takeover is due (a lapsed lease, an unknown outcome) is the protocol's decision.
     fn take_over<'a>(&'a self, req: TakeoverRequest<'a>) -> StoreFuture<'a, bool>;
+
+    /// Compare-and-set, the heartbeat (L1): if the key's live record is in progress and
+    /// owned by `req.owner`, set its lease deadline to `req.lease_until` and return
+    /// `true`; otherwise (taken over, marked unknown, completed, released, expired, absent)
+    /// change nothing and return `false`: the owner has lost the claim.
+    fn renew<'a>(&'a self, req: RenewRequest<'a>) -> StoreFuture<'a, bool>;
+
+    /// Compare-and-set (U1): if the key's live record is in progress and owned by
+    /// `req.owner`, make it outcome unknown with the same owner and lease deadline and
+    /// `since = req.since`, and return `true`; otherwise change nothing and return `false`.
+    fn mark_unknown<'a>(&'a self, req: MarkUnknownRequest<'a>) -> StoreFuture<'a, bool>;
 
     /// Compare-and-set: if the key's record is in progress and owned by `owner`, save
     /// `outcome` (keeping `created_at` and `expires_at`) and return [`Completion::Saved`];
@@ -305,13 +397,6 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         key: &'a IdempotencyKey,
         now: Timestamp,
     ) -> StoreFuture<'a, Option<Record>>;
-
-    /// Best-effort release from a `Drop` guard, which cannot await (S7). In-process
-    /// stores release at once; network stores may spawn the release or do nothing and
-    /// let the lease lapse. The default does nothing.
-    fn release_on_drop(&self, key: &IdempotencyKey, owner: OwnerToken) {
-        let _ = (key, owner);
-    }
 
     /// A signal that completes when `key`'s record may have changed after this call,
     /// so that waiting duplicates wake without polling (S5). `None` (the default): the
@@ -353,15 +438,16 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     ///   (`BEGIN`, the advisory lock, the creation batch, the version read and write,
     ///   `COMMIT`). Opening and authenticating pooled connections is not counted.
     /// - **SQLite**: one transaction or single statement against the file (a claim is one
-    ///   `BEGIN IMMEDIATE` … `COMMIT` transaction; take over, complete, release, read and
-    ///   `SqliteStore::collect_garbage` one statement each). Opening the file and creating
-    ///   the schema is not counted.
-    /// - **memory**: one store operation (claim, take over, complete, release, read, or a
-    ///   release on drop), so that the protocol's counts compare across stores. Subscribing
+    ///   `BEGIN IMMEDIATE` … `COMMIT` transaction; take over, renew, mark unknown, complete,
+    ///   release, read and `SqliteStore::collect_garbage` one statement each). Opening the
+    ///   file and creating the schema is not counted.
+    /// - **memory**: one store operation (claim, take over, renew, mark unknown, complete,
+    ///   release, read), so that the protocol's counts compare across stores. Subscribing
     ///   to a key's change signal ([`watch`](Store::watch)) is not an operation.
     ///
     /// With any of these stores a first execution of a key costs 2 (claim, complete) and a
-    /// replay 1 (claim), once scripts and statements are known to the server (S2, S3).
+    /// replay 1 (claim), once scripts and statements are known to the server (S2, S3); a
+    /// body that runs longer than its heartbeat adds 1 per renewal (L1).
     fn round_trips(&self) -> Option<u64> {
         None
     }
