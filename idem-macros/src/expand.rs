@@ -193,6 +193,7 @@ fn spec(options: &Options, tool_name: &str) -> TokenStream {
             lease: #lease,
             wait: #wait,
             store: #store,
+            ..::idem::ToolSpec::new(#tool_name)
         };
     }
 }
