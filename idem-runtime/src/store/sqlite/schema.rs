@@ -149,3 +149,88 @@ fn migrate(tx: &Transaction<'_>, from: i64) -> rusqlite::Result<()> {
     )?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use rusqlite::Connection;
+
+    use super::{set_up, META, SCHEMA_V1, SQLITE_SCHEMA_VERSION};
+    use crate::store::sqlite::SqliteOpenError;
+
+    /// The idem tables and indexes of `conn`, as SQLite keeps their definitions.
+    fn idem_schema(conn: &Connection) -> Vec<(String, String)> {
+        let mut statement = conn
+            .prepare("SELECT name, sql FROM sqlite_master WHERE name LIKE 'idem%' ORDER BY name")
+            .unwrap();
+        let rows = statement
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+            .unwrap();
+        rows.collect::<Result<_, _>>().unwrap()
+    }
+
+    fn version(conn: &Connection) -> i64 {
+        conn.query_row(
+            "SELECT value FROM idem_meta WHERE name = 'schema_version'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap()
+    }
+
+    /// A database as a build of version 1 left it.
+    fn version_1() -> Connection {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(META).unwrap();
+        conn.execute_batch(SCHEMA_V1).unwrap();
+        conn.execute(
+            "INSERT INTO idem_meta (name, value) VALUES ('schema_version', 1)",
+            [],
+        )
+        .unwrap();
+        conn
+    }
+
+    // pins S11: a new file and a migrated file end with one and the same schema, and setting
+    // up a current file again changes nothing
+    #[test]
+    fn new_and_migrated_files_have_one_schema() {
+        let path = Path::new(":memory:");
+        let mut new = Connection::open_in_memory().unwrap();
+        set_up(&mut new, path, false).unwrap();
+        let mut migrated = version_1();
+        set_up(&mut migrated, path, false).unwrap();
+        assert_eq!(version(&new), SQLITE_SCHEMA_VERSION);
+        assert_eq!(version(&migrated), SQLITE_SCHEMA_VERSION);
+        let schema = idem_schema(&new);
+        assert!(schema.iter().any(|(_, sql)| sql.contains("unknown_since")));
+        assert_eq!(idem_schema(&migrated), schema);
+        set_up(&mut new, path, false).unwrap();
+        assert_eq!(idem_schema(&new), schema);
+    }
+
+    // pins S10: versions no build wrote are refused and left as they are
+    #[test]
+    fn unknown_versions_are_refused() {
+        for found in [0, -1, SQLITE_SCHEMA_VERSION + 1] {
+            let mut conn = version_1();
+            conn.execute(
+                "UPDATE idem_meta SET value = ?1 WHERE name = 'schema_version'",
+                [found],
+            )
+            .unwrap();
+            let before = idem_schema(&conn);
+            match set_up(&mut conn, Path::new(":memory:"), false) {
+                Err(SqliteOpenError::UnsupportedSchema {
+                    found: f,
+                    supported: SQLITE_SCHEMA_VERSION,
+                    ..
+                }) => assert_eq!(f, found),
+                other => panic!("version {found}: {other:?}"),
+            }
+            assert_eq!(idem_schema(&conn), before);
+            assert_eq!(version(&conn), found);
+        }
+    }
+}

@@ -443,3 +443,178 @@ fn decode_fence(path: &Path, key: &str, fence: i64) -> Result<u64, StoreError> {
         .filter(|&fence| fence >= 1)
         .ok_or_else(|| corrupt(path, key, &format!("fence {fence} is not positive")))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use rusqlite::Connection;
+
+    use super::{claim, collect, complete, mark_unknown, read_live, take_over};
+    use super::{ClaimValues, OwnerUpdate, TakeoverValues};
+    use crate::clock::Timestamp;
+    use crate::envelope::Envelope;
+    use crate::key::{Fingerprint, IdempotencyKey};
+    use crate::store::{
+        is_garbage, Claim, ClaimRequest, Completion, MarkUnknownRequest, OwnerToken,
+        StoreErrorKind, TakeoverRequest,
+    };
+
+    const PATH: &str = ":memory:";
+
+    fn database() -> Connection {
+        let mut conn = Connection::open_in_memory().expect("in-memory database");
+        super::super::schema::set_up(&mut conn, Path::new(PATH), false).expect("schema");
+        conn
+    }
+
+    fn key(n: u64) -> IdempotencyKey {
+        IdempotencyKey::from_hex(&format!("{n:064x}")).expect("64 hex digits")
+    }
+
+    fn at(ms: u64) -> Timestamp {
+        Timestamp::from_millis(ms)
+    }
+
+    /// Claims `key` at `now` with the given lease and expiry.
+    fn claim_at(
+        conn: &mut Connection,
+        key: &IdempotencyKey,
+        owner: OwnerToken,
+        now: u64,
+        lease_until: u64,
+        expires_at: u64,
+    ) -> Claim {
+        let fingerprint = Fingerprint::from_hex(&"a".repeat(64)).expect("64 hex digits");
+        let values = ClaimValues::of(&ClaimRequest {
+            key,
+            fingerprint: &fingerprint,
+            owner,
+            now: at(now),
+            lease_until: at(lease_until),
+            expires_at: at(expires_at),
+        });
+        claim(conn, Path::new(PATH), &values, None).expect("claim")
+    }
+
+    // pins G1: the collection statement deletes exactly the rows `is_garbage` calls garbage:
+    // every combination of expiry and lease around the cutoff, in progress, outcome unknown
+    // and completed
+    #[test]
+    fn collection_deletes_exactly_the_garbage() {
+        let mut conn = database();
+        let path = Path::new(PATH);
+        let cutoff = at(1_000);
+        let mut n = 0;
+        let mut keys = Vec::new();
+        for expires_at in [999, 1_000, 1_001] {
+            for lease_until in [999, 1_000, 1_001] {
+                for state in ["in progress", "unknown", "completed"] {
+                    n += 1;
+                    let (k, owner) = (key(n), OwnerToken::random());
+                    let claimed = claim_at(&mut conn, &k, owner, 0, lease_until, expires_at);
+                    assert_eq!(claimed, Claim::Acquired { fence: 1 });
+                    if state == "unknown" {
+                        let unknown = OwnerUpdate::mark_unknown(&MarkUnknownRequest {
+                            key: &k,
+                            owner,
+                            now: at(0),
+                            since: at(0),
+                        });
+                        assert!(mark_unknown(&conn, path, &unknown).unwrap());
+                    } else if state == "completed" {
+                        let outcome = Envelope::from_stored(r#"{"version":1,"ok":1}"#);
+                        let saved = complete(&conn, path, k.as_str(), owner, &outcome, at(0));
+                        assert_eq!(saved.unwrap(), Completion::Saved);
+                    }
+                    let record = read_live(&conn, path, k.as_str(), at(0)).unwrap().unwrap();
+                    keys.push((k, state, is_garbage(&record, cutoff)));
+                }
+            }
+        }
+        let garbage = keys.iter().filter(|(_, _, garbage)| *garbage).count();
+        // completed: 2 expiries at or before the cutoff × 3 leases; in progress and
+        // unknown: 2 expiries × 2 leases at or before it, each
+        assert_eq!(garbage, 2 * 3 + 2 * (2 * 2));
+        assert_eq!(collect(&conn, path, cutoff, -1).unwrap(), garbage);
+        for (k, state, garbage) in keys {
+            let kept = read_live(&conn, path, k.as_str(), at(0)).unwrap().is_some();
+            assert_eq!(kept, !garbage, "{state} {k}");
+        }
+    }
+
+    // pins G1: a collection during a claim deletes at most its batch
+    #[test]
+    fn collection_is_bounded_by_its_limit() {
+        let mut conn = database();
+        for n in 0..5 {
+            claim_at(&mut conn, &key(n), OwnerToken::random(), 0, 10, 10);
+        }
+        assert_eq!(collect(&conn, Path::new(PATH), at(10), 2).unwrap(), 2);
+        assert_eq!(collect(&conn, Path::new(PATH), at(10), -1).unwrap(), 3);
+    }
+
+    // pins F1: a fence at the largest SQLite integer saturates instead of overflowing into
+    // a float, on a claim over an expired row and on a takeover with a fence past it
+    #[test]
+    fn fences_saturate_at_the_largest_integer() {
+        let mut conn = database();
+        let path = Path::new(PATH);
+        let k = key(1);
+        let owner = OwnerToken::random();
+        claim_at(&mut conn, &k, owner, 0, 10, 10);
+        conn.execute(
+            "UPDATE idem_records SET fence = ?1 WHERE key = ?2",
+            rusqlite::params![i64::MAX, k.as_str()],
+        )
+        .unwrap();
+        let max = i64::MAX as u64;
+        let next = OwnerToken::random();
+        let claimed = claim_at(&mut conn, &k, next, 10, 20, 100);
+        assert_eq!(claimed, Claim::Acquired { fence: max });
+        let takeover = TakeoverValues::of(&TakeoverRequest {
+            key: &k,
+            seen_owner: next,
+            seen_lease_until: at(20),
+            owner: OwnerToken::random(),
+            now: at(20),
+            lease_until: at(30),
+            expires_at: at(100),
+            fence: u64::MAX,
+        });
+        assert!(take_over(&conn, path, &takeover).unwrap());
+        let record = read_live(&conn, path, k.as_str(), at(20)).unwrap().unwrap();
+        assert_eq!(record.fence, max);
+    }
+
+    // pins S10, F1, U1: rows that match no state, or hold a fence below 1, are Corrupt
+    #[test]
+    fn rows_outside_every_state_are_corrupt() {
+        let mut conn = database();
+        let path = Path::new(PATH);
+        conn.execute_batch("PRAGMA ignore_check_constraints = ON")
+            .unwrap();
+        for (n, change) in [
+            "fence = 0",
+            "fence = -3",
+            // completed and unknown at once
+            "owner = NULL, lease_until = NULL, outcome = '{}', completed_at = 5, unknown_since = 1",
+            // unknown without a lease
+            "lease_until = NULL, unknown_since = 1",
+            "unknown_since = -1",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let k = key(n as u64);
+            claim_at(&mut conn, &k, OwnerToken::random(), 0, 10, 100);
+            conn.execute(
+                &format!("UPDATE idem_records SET {change} WHERE key = ?1"),
+                [k.as_str()],
+            )
+            .unwrap();
+            let error = read_live(&conn, path, k.as_str(), at(0)).unwrap_err();
+            assert_eq!(error.kind, StoreErrorKind::Corrupt, "{change}: {error}");
+        }
+    }
+}
