@@ -13,11 +13,11 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
 use crate::call::{ClaimedCall, PreparedCall};
-use crate::reconcile::ReconcileVerdict;
 use crate::context::CallContext;
 use crate::dispatch::Tool;
 use crate::error::Error;
 use crate::outcome::IdempotentError;
+use crate::reconcile::ReconcileVerdict;
 
 pub use serde;
 pub use serde_json;
