@@ -1,6 +1,8 @@
 //! The PostgreSQL store's errors: bad arguments ([`PostgresConnectError`]), and failed
 //! statements as [`StoreError`]s typed by SQLSTATE.
 
+#[cfg(doc)]
+use super::PostgresStore;
 use super::{Inner, BACKEND};
 use crate::store::{StoreError, StoreErrorKind};
 

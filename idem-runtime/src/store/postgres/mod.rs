@@ -3,7 +3,7 @@
 //! Enabled by the `postgres` cargo feature. Built on [`tokio_postgres`] 0.7 with a
 //! [`deadpool_postgres`] 0.14 connection pool (16 connections, plain TCP without TLS).
 //!
-//! # Schema (version 1)
+//! # Schema (version 2)
 //!
 //! Created on first use, inside one transaction holding a transaction-level advisory
 //! lock (so that stores starting together do not race), in the schema given to
@@ -12,69 +12,106 @@
 //! ```sql
 //! CREATE SCHEMA IF NOT EXISTS idem;
 //! CREATE TABLE idem.meta (
-//!     name  TEXT PRIMARY KEY,              -- 'schema_version'
-//!     value BIGINT NOT NULL                -- 1
+//!     name  TEXT PRIMARY KEY,               -- 'schema_version'
+//!     value BIGINT NOT NULL                 -- 2
 //! );
 //! CREATE TABLE idem.records (
-//!     key          TEXT PRIMARY KEY,        -- the idempotency key (64 hex digits)
-//!     fingerprint  TEXT NOT NULL,           -- 64 hex digits (S9)
-//!     created_at   BIGINT NOT NULL,         -- ms since the Unix epoch
-//!     expires_at   BIGINT NOT NULL,         -- ms; live while now < expires_at (S8)
-//!     owner        TEXT,                    -- in progress: owner token, 32 hex digits
-//!     lease_until  BIGINT,                  -- in progress: lease deadline, ms (S6)
-//!     outcome      TEXT,                    -- completed: the envelope JSON, verbatim (S11)
-//!     completed_at BIGINT,                  -- completed: ms
+//!     key           TEXT PRIMARY KEY,        -- the idempotency key (64 hex digits)
+//!     fingerprint   TEXT NOT NULL,           -- 64 hex digits (S9)
+//!     created_at    BIGINT NOT NULL,         -- ms since the Unix epoch
+//!     expires_at    BIGINT NOT NULL,         -- ms; live while now < expires_at (S8)
+//!     owner         TEXT,                    -- held: owner token, 32 hex digits
+//!     lease_until   BIGINT,                  -- held: lease deadline, ms (S6, L1)
+//!     outcome       TEXT,                    -- completed: the envelope JSON, verbatim (S11)
+//!     completed_at  BIGINT,                  -- completed: ms
+//!     fence         BIGINT NOT NULL DEFAULT 1, -- fencing token of the claim (F1)
+//!     unknown_since BIGINT,                  -- outcome unknown since, ms (U1)
 //!     CHECK ((owner IS NOT NULL AND lease_until IS NOT NULL
 //!             AND outcome IS NULL AND completed_at IS NULL)
 //!         OR (owner IS NULL AND lease_until IS NULL
-//!             AND outcome IS NOT NULL AND completed_at IS NOT NULL))
+//!             AND outcome IS NOT NULL AND completed_at IS NOT NULL)),
+//!     CONSTRAINT records_fence_positive CHECK (fence >= 1),
+//!     CONSTRAINT records_unknown_has_owner CHECK (unknown_since IS NULL OR owner IS NOT NULL)
 //! );
 //! CREATE INDEX records_expires_at ON idem.records (expires_at);
 //! ```
 //!
-//! A row is in progress when `owner` is set and completed when `outcome` is set. Times are
-//! whole milliseconds since the Unix epoch, the unit of [`Timestamp`]; an instant at or
-//! past `i64::MAX` ms is stored as `i64::MAX` (as in the SQLite store). The outcome is
-//! `TEXT`, not `JSONB`, so that it reads back byte for byte (S11). Keys, fingerprints,
-//! owners, outcomes and times are always bound as parameters; the schema name is the only
-//! name in the SQL text, and it must be a plain lowercase identifier (checked, then
-//! quoted).
+//! A row is in progress when `owner` is set and `unknown_since` is not, outcome unknown
+//! when both are set (it keeps the owner and the lease that gave up), and completed when
+//! `outcome` is set. Times are whole milliseconds since the Unix epoch, the unit of
+//! [`Timestamp`]; an instant at or past `i64::MAX` ms is stored as `i64::MAX` (as in the
+//! SQLite store), and so is a fence past `i64::MAX`. The outcome is `TEXT`, not `JSONB`, so
+//! that it reads back byte for byte (S11). Keys, fingerprints, owners, outcomes, times and
+//! fences are always bound as parameters; the schema name is the only name in the SQL
+//! text, and it must be a plain lowercase identifier (checked, then quoted).
 //!
-//! # Operations (S2, S6, S8)
+//! ## Migration from version 1
+//!
+//! Version 1 (this crate before fencing tokens) had no `fence` and no `unknown_since`. A
+//! store that finds version 1 migrates it in place, in the same transaction and under the
+//! same advisory lock as the creation (so concurrent first uses migrate once):
+//!
+//! ```sql
+//! ALTER TABLE idem.records
+//!     ADD COLUMN fence BIGINT NOT NULL DEFAULT 1,
+//!     ADD COLUMN unknown_since BIGINT,
+//!     ADD CONSTRAINT records_fence_positive CHECK (fence >= 1) NOT VALID,
+//!     ADD CONSTRAINT records_unknown_has_owner
+//!         CHECK (unknown_since IS NULL OR owner IS NOT NULL) NOT VALID;
+//! UPDATE idem.meta SET value = 2 WHERE name = 'schema_version' AND value = 1;
+//! ```
+//!
+//! Every record is kept: in progress and completed records read back as before, each with
+//! fence 1. From PostgreSQL 11 on, the migration rewrites and scans no row (a constant
+//! default; the checks hold for every old row, so they are `NOT VALID`). Stop the
+//! processes of the older build before the first process of this one starts: the older
+//! build knows neither column. A schema of a version other than 1 or 2 is refused, and
+//! left untouched, with [`StoreErrorKind::Unsupported`].
+//!
+//! # Operations (S2, S6, S8, F1, L1, U1)
 //!
 //! - claim: one statement,
 //!   `WITH live AS (SELECT … FROM records WHERE key = $1 AND expires_at > now), ins AS
 //!   (INSERT … SELECT … WHERE NOT EXISTS (SELECT 1 FROM live) ON CONFLICT (key) DO UPDATE
-//!   … WHERE records.expires_at <= now RETURNING …) SELECT … FROM ins UNION ALL SELECT …
-//!   FROM live WHERE NOT EXISTS (SELECT 1 FROM ins)`: inserts if the key is absent or
-//!   expired, and otherwise returns the live row, in one round trip. When the statement's
-//!   snapshot already shows a live row (a replay, a waiting duplicate) the insert is not
-//!   attempted at all, so the statement writes nothing, takes no transaction id and its
-//!   commit waits for no WAL flush: a replay is a plain read. The one case it
-//!   cannot answer is a race with a concurrent first claim of the same key that committed
-//!   after this statement's snapshot: the insert waited for it and wrote nothing, and the
-//!   snapshot does not show the row. Then the store reads the row in a second statement
-//!   (a new snapshot), and retries the claim if that row is gone again, up to 8 times.
-//! - take over, complete, release: one compare-and-set statement each,
-//!   `UPDATE/DELETE … WHERE key = $1 AND owner = $2 …`.
-//! - expiry is compared with the `now` the engine passes in, never the server's clock;
-//!   rows are deleted only once expired: every 1024 claims of a store a background task
-//!   deletes at most 256 of those that expired more than
-//!   [`GC_DRIFT_MARGIN_MS`](super::GC_DRIFT_MARGIN_MS) (one hour) before the claim's
-//!   `now` (room for clock drift between callers), and
-//!   [`PostgresStore::collect_garbage`] deletes all that expired at the `now` it is given.
+//!   … WHERE records.expires_at <= now RETURNING fence) SELECT … FROM ins UNION ALL
+//!   SELECT … FROM live WHERE NOT EXISTS (SELECT 1 FROM ins)`: inserts if the key is absent
+//!   (fence 1) or expired (the expired row's fence + 1), and otherwise returns the live
+//!   row, in one round trip. When the statement's snapshot already shows a live row (a
+//!   replay, a waiting duplicate) the insert is not attempted at all, so the statement
+//!   writes nothing, takes no transaction id and its commit waits for no WAL flush: a
+//!   replay is a plain read. The one case it cannot answer is a race with a concurrent
+//!   first claim of the same key that committed after this statement's snapshot: the
+//!   insert waited for it and wrote nothing, and the snapshot does not show the row. Then
+//!   the store reads the row in a second statement (a new snapshot), and retries the claim
+//!   if that row is gone again, up to 8 times.
+//! - take over, renew, mark unknown, complete, release: one compare-and-set statement
+//!   each, `UPDATE/DELETE … WHERE key = $1 AND owner = $2 …`. Take over also compares the
+//!   seen lease and accepts a row in progress or outcome unknown, storing the caller's
+//!   fence; renew, mark unknown, complete and release accept only a row in progress
+//!   (`unknown_since IS NULL`).
+//! - expiry is compared with the `now` the engine passes in, never the server's clock.
+//! - garbage collection (G1) is judged by the caller's clock *and* the server's: a row is
+//!   deleted only once its `expires_at` and, unless completed, its `lease_until` lie at or
+//!   before the cutoff `min(caller's now, server's statement_timestamp()) − margin`.
+//!   Every 1024 claims of a store a background task deletes at most 256 rows with the
+//!   margin [`GC_DRIFT_MARGIN_MS`] (one hour) + 1 ms and the
+//!   claim's `now`, so a caller whose clock runs ahead, even by a year, deletes nothing
+//!   that the server's clock still sees live; [`PostgresStore::collect_garbage`] deletes
+//!   all rows that are garbage at the `now` it is given, with no margin.
 //!
 //! Each statement is prepared once per pooled connection and then costs one round trip:
-//! a first execution costs two (claim, complete), a replay one (claim).
-//! [`Store::round_trips`] counts every statement exchange, including each prepare of a
-//! statement that the connection has not prepared yet and the schema set-up statements
-//! (`BEGIN`, advisory lock, creation batch, version read and write, `COMMIT`); opening and
-//! authenticating a pooled connection is not counted. Clones share the count.
+//! a first execution costs two (claim, complete), a replay one (claim), a renewal (the
+//! heartbeat) and a mark unknown one each. [`Store::round_trips`] counts every statement
+//! exchange, including each prepare of a statement that the connection has not prepared
+//! yet and the schema set-up statements (`BEGIN`, advisory lock, creation batch, version
+//! read and write, `COMMIT`; a migration counts as the creation batch, and a schema of the
+//! current version skips both); the background collection's statement counts too;
+//! opening and authenticating a pooled connection is not counted. Clones share the count.
 //!
 //! # Outages and timeouts (S10)
 //!
 //! Connecting and waiting for a pooled connection time out after 5 s each, and every
-//! operation (claim, take over, complete, release, read) fails with
+//! operation (claim, take over, renew, mark unknown, complete, release, read) fails with
 //! [`StoreErrorKind::Unavailable`] after [`OPERATION_TIMEOUT`] (10 s) at most, also when the
 //! server stops answering without closing its connections; then the idle pooled
 //! connections are closed so that the next operation connects afresh. A server that is down
@@ -98,9 +135,15 @@
 //! every operation fails at once with [`StoreErrorKind::Unsupported`]: use the SQLite or
 //! memory store from sync tools, or call them inside a runtime. If a caller drops a claim
 //! or takeover future while its statement is in flight, and the statement then acquires
-//! the claim, the store releases it at once (S7). [`Store::release_on_drop`] spawns the
-//! release on the current tokio runtime, if there is one (otherwise the claim lapses with
-//! its lease). [`Store::watch`] returns `None`: waiting duplicates poll with backoff (S5).
+//! the claim, the store releases it at once (S7). [`Store::watch`] returns `None`: waiting
+//! duplicates poll with backoff (S5), so a record marked unknown is seen at their next
+//! poll.
+//!
+//! # Modules
+//!
+//! `schema` (creation, version check, migration), `sql` (the operations' statements),
+//! `ops` (connections, prepared statements, the claim, decoding rows), `runtime` (each
+//! operation a task bounded in time) and `errors` (typed errors).
 
 mod errors;
 mod ops;
@@ -120,16 +163,18 @@ use tokio_postgres::NoTls;
 
 use super::in_flight::Undo;
 use super::locator::redact_url as redact;
+#[cfg(doc)]
+use super::StoreErrorKind;
 use super::{
-    gc_cutoff, Claim, ClaimRequest, Completion, OwnerToken, Record, Store, StoreError, StoreFuture,
-    TakeoverRequest,
+    Claim, ClaimRequest, Completion, MarkUnknownRequest, OwnerToken, Record, RenewRequest, Store,
+    StoreError, StoreFuture, TakeoverRequest, GC_DRIFT_MARGIN_MS,
 };
 use crate::clock::Timestamp;
 use crate::envelope::Envelope;
 use crate::key::IdempotencyKey;
 
 pub use errors::PostgresConnectError;
-use ops::{owner_to_sql, to_sql};
+use ops::{fence_to_sql, owner_to_sql, to_sql};
 pub use schema::POSTGRES_SCHEMA_VERSION;
 use schema::{valid_schema, SchemaSql};
 use sql::Statements;
@@ -143,16 +188,20 @@ const POOL_SIZE: usize = 16;
 /// How long connecting, or waiting for a free pooled connection, may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How long one operation (claim, take over, complete, release, read: waiting for a
-/// pooled connection, connecting, and its statements) may take before it fails with
-/// [`StoreErrorKind::Unavailable`]: 10 s.
+/// How long one operation (claim, take over, renew, mark unknown, complete, release,
+/// read: waiting for a pooled connection, connecting, and its statements) may take before
+/// it fails with [`StoreErrorKind::Unavailable`]: 10 s.
 pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How many claims of one store between two garbage collections.
 const COLLECT_EVERY: u64 = 1024;
 
-/// How many expired rows one background garbage collection deletes at most.
+/// How many garbage rows one background garbage collection deletes at most.
 const COLLECT_BATCH: i64 = 256;
+
+/// How far, in ms, a background collection's cutoff lies before the earlier of the
+/// caller's and the server's clock: more than the drift margin (G1, as `gc_cutoff_by`).
+const MARGIN_PAST_CUTOFF: i64 = GC_DRIFT_MARGIN_MS as i64 + 1;
 
 const BACKEND: &str = "postgres";
 
@@ -265,11 +314,13 @@ impl PostgresStore {
         &self.inner.schema
     }
 
-    /// Deletes every record that is expired at `now` (ms since the Unix epoch; S8: live
-    /// records are never deleted) and returns how many. No drift margin is applied: `now`
-    /// is trusted, so pass a time no later than every caller's clock (for example
-    /// `now − GC_DRIFT_MARGIN_MS`) when callers' clocks may differ. Not bounded by
-    /// [`OPERATION_TIMEOUT`]: a large backlog may take longer.
+    /// Deletes every record that is garbage at `now` (ms since the Unix epoch) and
+    /// returns how many: a record that expired at or before `now`, and, unless completed,
+    /// whose lease lapsed at or before `now` too — judged also by the server's clock, so
+    /// that a `now` ahead of the server deletes nothing the server still sees live (G1).
+    /// No drift margin is applied: pass a time no later than every caller's clock (for
+    /// example `now − GC_DRIFT_MARGIN_MS`) when callers' clocks may lag the server's. Not
+    /// bounded by [`OPERATION_TIMEOUT`]: a large backlog may take longer.
     ///
     /// # Errors
     /// [`StoreErrorKind::Unavailable`] when the server cannot be reached or the statement
@@ -282,7 +333,7 @@ impl PostgresStore {
                 let stmt = inner.prepare(&client, &inner.sql.collect_all).await?;
                 inner.count();
                 client
-                    .execute(&stmt, &[&to_sql(now)])
+                    .execute(&stmt, &[&to_sql(now), &0i64])
                     .await
                     .map_err(|e| inner.db_error("collect garbage", e))
             },
@@ -290,6 +341,31 @@ impl PostgresStore {
             None,
         )
         .await
+    }
+
+    /// Every [`COLLECT_EVERY`] claims of this store: deletes at most [`COLLECT_BATCH`]
+    /// garbage records, by the cutoff [`GC_DRIFT_MARGIN_MS`] before the earlier of the
+    /// claiming caller's `now` and the server's clock (G1), as a task of its own on the
+    /// current tokio runtime (none: no collection). The claim does not wait for it.
+    fn collect_now_and_then(&self, now: Timestamp) {
+        let claims = self.inner.claims.fetch_add(1, Ordering::Relaxed);
+        if claims % COLLECT_EVERY != COLLECT_EVERY - 1 {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let inner = Arc::clone(&self.inner);
+        let (now, margin) = (to_sql(now), MARGIN_PAST_CUTOFF);
+        drop(runtime.spawn(async move {
+            let sql = &inner.sql.collect_some;
+            if let Err(error) = inner
+                .execute("collect garbage", sql, &[&now, &margin, &COLLECT_BATCH])
+                .await
+            {
+                tracing::warn!(%error, "could not collect expired records");
+            }
+        }));
     }
 }
 
@@ -304,6 +380,7 @@ impl fmt::Debug for PostgresStore {
 
 impl Store for PostgresStore {
     fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, Claim> {
+        self.collect_now_and_then(req.now);
         let key = req.key.as_str().to_owned();
         let fingerprint = req.fingerprint.as_str().to_owned();
         let owner = owner_to_sql(req.owner);
@@ -312,28 +389,10 @@ impl Store for PostgresStore {
             to_sql(req.lease_until),
             to_sql(req.expires_at),
         ];
-        let collect =
-            self.inner.claims.fetch_add(1, Ordering::Relaxed) % COLLECT_EVERY == COLLECT_EVERY - 1;
-        // Only rows that expired more than the drift margin before this caller's `now`.
-        if let Some(cutoff) = gc_cutoff(req.now).filter(|_| collect) {
-            let inner = Arc::clone(&self.inner);
-            let now = to_sql(cutoff);
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                drop(runtime.spawn(async move {
-                    let sql = &inner.sql.collect_some;
-                    if let Err(error) = inner
-                        .execute("collect garbage", sql, &[&now, &COLLECT_BATCH])
-                        .await
-                    {
-                        tracing::warn!(%error, "could not collect expired records");
-                    }
-                }));
-            }
-        }
         let undo = Undo {
             key: req.key.clone(),
             owner: req.owner,
-            acquired: |claim: &Claim| matches!(claim, Claim::Acquired),
+            acquired: |claim: &Claim| matches!(claim, Claim::Acquired { .. }),
         };
         self.run(
             move |inner| async move { inner.claim(&key, &fingerprint, &owner, times).await },
@@ -350,6 +409,7 @@ impl Store for PostgresStore {
             to_sql(req.expires_at),
             to_sql(req.seen_lease_until),
         ];
+        let fence = fence_to_sql(req.fence);
         let undo = Undo {
             key: req.key.clone(),
             owner: req.owner,
@@ -370,12 +430,51 @@ impl Store for PostgresStore {
                             &key,
                             &seen_owner,
                             &seen_lease_until,
+                            &fence,
                         ],
                     )
                     .await
                     .map(|updated| updated == 1)
             },
             Some(undo),
+        )
+    }
+
+    fn renew<'a>(&'a self, req: RenewRequest<'a>) -> StoreFuture<'a, bool> {
+        let key = req.key.as_str().to_owned();
+        let owner = owner_to_sql(req.owner);
+        let (lease_until, now) = (to_sql(req.lease_until), to_sql(req.now));
+        self.run(
+            move |inner| async move {
+                inner
+                    .execute(
+                        "renew",
+                        &inner.sql.renew,
+                        &[&lease_until, &key, &owner, &now],
+                    )
+                    .await
+                    .map(|updated| updated == 1)
+            },
+            None,
+        )
+    }
+
+    fn mark_unknown<'a>(&'a self, req: MarkUnknownRequest<'a>) -> StoreFuture<'a, bool> {
+        let key = req.key.as_str().to_owned();
+        let owner = owner_to_sql(req.owner);
+        let (since, now) = (to_sql(req.since), to_sql(req.now));
+        self.run(
+            move |inner| async move {
+                inner
+                    .execute(
+                        "mark the outcome unknown",
+                        &inner.sql.mark_unknown,
+                        &[&since, &key, &owner, &now],
+                    )
+                    .await
+                    .map(|updated| updated == 1)
+            },
+            None,
         )
     }
 
@@ -436,20 +535,6 @@ impl Store for PostgresStore {
         )
     }
 
-    fn release_on_drop(&self, key: &IdempotencyKey, owner: OwnerToken) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(key = %key, "no tokio runtime to release the claim on; it lapses with its lease");
-            return;
-        };
-        let store = self.clone();
-        let key = key.clone();
-        drop(runtime.spawn(async move {
-            if let Err(error) = store.release(&key, owner).await {
-                tracing::warn!(key = %key, %error, "could not release the claim; it lapses with its lease");
-            }
-        }));
-    }
-
     fn needs_runtime_io(&self) -> bool {
         true
     }
@@ -465,7 +550,32 @@ impl Store for PostgresStore {
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use super::{redact, MARGIN_PAST_CUTOFF};
+    use crate::clock::Timestamp;
+    use crate::store::{gc_cutoff_by, GC_DRIFT_MARGIN_MS};
+
+    // pins G1: the background collection's SQL cutoff, min(caller's now, server's now) −
+    // MARGIN_PAST_CUTOFF, is the shared rule's `gc_cutoff_by`, and deletes nothing (a
+    // negative cutoff) where that rule allows nothing
+    #[test]
+    fn the_collection_cutoff_is_the_shared_rule() {
+        let margin = GC_DRIFT_MARGIN_MS;
+        let year = 365 * 86_400_000;
+        for (now, server) in [
+            (0, 0),
+            (margin, 10 * margin),
+            (margin + 1, 10 * margin),
+            (10 * margin, margin + 1),
+            (1_796_000_000_000 + year, 1_796_000_000_000),
+            (1_796_000_000_000, 1_796_000_000_000 + year),
+        ] {
+            let sql = i64::try_from(u64::min(now, server)).unwrap() - MARGIN_PAST_CUTOFF;
+            match gc_cutoff_by(Timestamp::from_millis(now), Timestamp::from_millis(server)) {
+                Some(cutoff) => assert_eq!(sql, cutoff.as_millis() as i64, "{now} {server}"),
+                None => assert!(sql < 0, "{now} {server}: no row has a negative time"),
+            }
+        }
+    }
 
     #[test]
     fn passwords_are_redacted() {

@@ -6,16 +6,31 @@ use tokio_postgres::SimpleQueryMessage;
 use super::{Inner, BACKEND};
 use crate::store::{StoreError, StoreErrorKind};
 
-/// The schema version this build writes and reads (see the module documentation).
-pub const POSTGRES_SCHEMA_VERSION: i64 = 1;
+/// The schema version this build writes and reads: 2 (see the module documentation).
+/// A schema of version 1 is migrated to it in place on a store's first use; a schema of
+/// any other version is refused with [`StoreErrorKind::Unsupported`].
+pub const POSTGRES_SCHEMA_VERSION: i64 = 2;
+
+/// The one older schema version this build migrates from (version 1: no fencing tokens,
+/// no "outcome unknown" state).
+const MIGRATES_FROM: i64 = 1;
 
 /// The schema set-up statements, with the schema name spliced in once.
 pub(super) struct SchemaSql {
-    pub(super) setup_meta: String,
-    pub(super) read_version: String,
-    pub(super) create_records: String,
-    pub(super) lock: String,
-    pub(super) write_version: String,
+    /// Creates the schema and the version table if absent.
+    setup_meta: String,
+    /// The stored schema version, if any.
+    read_version: String,
+    /// Creates the records table of version 2 and its index.
+    create_records: String,
+    /// Takes the transaction-level advisory lock of this schema name.
+    lock: String,
+    /// Records version 2 in a new schema.
+    write_version: String,
+    /// Migrates a records table of version 1 to version 2 in place.
+    migrate: String,
+    /// Records that a schema of version 1 is now of version 2.
+    update_version: String,
 }
 
 impl SchemaSql {
@@ -27,20 +42,28 @@ impl SchemaSql {
                  CREATE TABLE IF NOT EXISTS {s}.meta (name TEXT PRIMARY KEY, value BIGINT NOT NULL);"
             ),
             read_version: format!("SELECT value FROM {s}.meta WHERE name = 'schema_version'"),
+            // The same table as a version 1 table after `migrate` (same columns, defaults
+            // and checks; only `migrate` adds its checks NOT VALID), so that stores created
+            // by either path behave alike.
             create_records: format!(
                 "CREATE TABLE IF NOT EXISTS {s}.records (
-                    key          TEXT PRIMARY KEY,
-                    fingerprint  TEXT NOT NULL,
-                    created_at   BIGINT NOT NULL,
-                    expires_at   BIGINT NOT NULL,
-                    owner        TEXT,
-                    lease_until  BIGINT,
-                    outcome      TEXT,
-                    completed_at BIGINT,
+                    key           TEXT PRIMARY KEY,
+                    fingerprint   TEXT NOT NULL,
+                    created_at    BIGINT NOT NULL,
+                    expires_at    BIGINT NOT NULL,
+                    owner         TEXT,
+                    lease_until   BIGINT,
+                    outcome       TEXT,
+                    completed_at  BIGINT,
+                    fence         BIGINT NOT NULL DEFAULT 1,
+                    unknown_since BIGINT,
                     CHECK ((owner IS NOT NULL AND lease_until IS NOT NULL
                             AND outcome IS NULL AND completed_at IS NULL)
                         OR (owner IS NULL AND lease_until IS NULL
-                            AND outcome IS NOT NULL AND completed_at IS NOT NULL))
+                            AND outcome IS NOT NULL AND completed_at IS NOT NULL)),
+                    CONSTRAINT records_fence_positive CHECK (fence >= 1),
+                    CONSTRAINT records_unknown_has_owner
+                        CHECK (unknown_since IS NULL OR owner IS NOT NULL)
                  );
                  CREATE INDEX IF NOT EXISTS records_expires_at ON {s}.records (expires_at);"
             ),
@@ -48,19 +71,37 @@ impl SchemaSql {
             write_version: format!(
                 "INSERT INTO {s}.meta (name, value) VALUES ('schema_version', {POSTGRES_SCHEMA_VERSION})"
             ),
+            // Adding a column with a constant default rewrites no row (PostgreSQL 11 and
+            // later), and every version 1 row meets the new checks (fence 1, no
+            // `unknown_since`), so they are added NOT VALID: no scan of the table either.
+            // New and changed rows are checked all the same.
+            migrate: format!(
+                "ALTER TABLE {s}.records
+                    ADD COLUMN fence BIGINT NOT NULL DEFAULT 1,
+                    ADD COLUMN unknown_since BIGINT,
+                    ADD CONSTRAINT records_fence_positive CHECK (fence >= 1) NOT VALID,
+                    ADD CONSTRAINT records_unknown_has_owner
+                        CHECK (unknown_since IS NULL OR owner IS NOT NULL) NOT VALID"
+            ),
+            update_version: format!(
+                "UPDATE {s}.meta SET value = {POSTGRES_SCHEMA_VERSION}
+                 WHERE name = 'schema_version' AND value = {MIGRATES_FROM}"
+            ),
         }
     }
 }
 
 impl Inner {
-    /// Creates the schema if absent, checks its version (see the module documentation).
+    /// Creates the schema if absent, migrates it from version 1, checks its version (see
+    /// the module documentation): one transaction holding the schema name's advisory lock,
+    /// so that stores starting together, in any process, neither race nor migrate twice.
     pub(super) async fn set_up(
         &self,
         client: &mut deadpool_postgres::Client,
     ) -> Result<(), StoreError> {
-        // Simple queries only (the schema name is a checked identifier, the version a
-        // constant): one round trip each, no one-off prepared statements.
-        let failed = |e| self.db_error("create the schema", e);
+        // Simple queries only (the schema name is a checked identifier, the versions
+        // constants): one round trip each, no one-off prepared statements.
+        let failed = |e| self.db_error("set up the schema", e);
         self.count();
         let tx = client.transaction().await.map_err(failed)?;
         // Serialises concurrent first uses of one schema name, across processes.
@@ -100,30 +141,38 @@ impl Inner {
                     })?,
             ),
         };
-        match found {
-            None => {
-                self.count();
-                tx.batch_execute(&self.schema_sql.create_records)
-                    .await
-                    .map_err(failed)?;
-                self.count();
-                tx.batch_execute(&self.schema_sql.write_version)
-                    .await
-                    .map_err(failed)?;
+        let (create, record_version) = match found {
+            None => (
+                &self.schema_sql.create_records,
+                &self.schema_sql.write_version,
+            ),
+            Some(MIGRATES_FROM) => {
+                let (url, schema) = (&self.url, &self.schema);
+                tracing::info!(%url, %schema, "migrating the idem schema from version {MIGRATES_FROM} to {POSTGRES_SCHEMA_VERSION}");
+                (&self.schema_sql.migrate, &self.schema_sql.update_version)
             }
-            Some(POSTGRES_SCHEMA_VERSION) => {}
+            Some(POSTGRES_SCHEMA_VERSION) => {
+                // Nothing to change: commit the empty transaction (releases the lock).
+                self.count();
+                return tx.commit().await.map_err(failed);
+            }
             Some(found) => {
                 return Err(StoreError::new(
                     BACKEND,
                     StoreErrorKind::Unsupported,
                     format!(
                         "the PostgreSQL store at {} has idem schema version {found} in schema {}; \
-                         this build reads version {POSTGRES_SCHEMA_VERSION}",
+                         this build reads version {POSTGRES_SCHEMA_VERSION} (and migrates \
+                         version {MIGRATES_FROM})",
                         self.url, self.schema
                     ),
                 ))
             }
-        }
+        };
+        self.count();
+        tx.batch_execute(create).await.map_err(failed)?;
+        self.count();
+        tx.batch_execute(record_version).await.map_err(failed)?;
         self.count();
         tx.commit().await.map_err(failed)
     }
