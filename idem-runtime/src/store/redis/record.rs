@@ -22,7 +22,7 @@ use crate::store::{OwnerToken, Record, RecordState};
 pub const REDIS_LAYOUT_VERSION: u32 = 2;
 
 /// The layout versions this build reads, as stored.
-const READABLE: [&str; 2] = ["1", "2"];
+pub(super) const READABLE: [&str; 2] = ["1", "2"];
 
 /// The fields a read returns, in this order.
 pub(super) const FIELDS: [&str; 10] = [

@@ -1,5 +1,5 @@
 //! The Lua scripts: every store operation but a read is one of them, run by `EVALSHA` as
-//! one atomic step on the server (S2). Each script starts with [`PRELUDE`]: the layout
+//! one atomic step on the server (S2). Each script starts with the [`prelude`]: the layout
 //! check, the fence arithmetic and the garbage deadline (see the
 //! [module documentation](super)).
 //!
@@ -12,7 +12,7 @@ use std::sync::LazyLock;
 
 use redis::{Script, Value};
 
-use super::record::{FIELDS, MAX_NUMBER};
+use super::record::{FIELDS, MAX_NUMBER, READABLE};
 use super::{GC_MARGIN_MS, GC_MAX_MS, REDIS_LAYOUT_VERSION};
 
 /// The code of the error reply of a script that refuses a record it cannot read (a newer
@@ -34,6 +34,8 @@ pub(super) const CORRUPT_CODE: &str = "IDEM_CORRUPT";
 /// whenever the result is below 2^53 (and a result that is not lies beyond `GC_MAX`).
 /// `expire` sets the deadline; `extend` only ever lengthens it.
 fn prelude() -> String {
+    let readable = READABLE.map(|v| format!("v == '{v}'")).join(" or ");
+    let readable_list = READABLE.join(", ");
     format!(
         r"
 local K = KEYS[1]
@@ -45,8 +47,10 @@ local ONE = '00000000000000000001'
 local function corrupt(why) return redis.error_reply('{CORRUPT_CODE} ' .. why) end
 local function layout()
   local v = redis.call('HGET', K, 'v')
-  if v == '1' or v == '2' then return v end
-  if v then return false, 'layout version ' .. v .. ' is not 1 or 2 (a newer build wrote it?)' end
+  if {readable} then return v end
+  if v then
+    return false, 'layout version ' .. v .. ' is not one this build reads ({readable_list})'
+  end
   if redis.call('EXISTS', K) == 1 then return false, 'no layout version' end
   return nil
 end
@@ -221,9 +225,16 @@ pub(super) fn as_flag(value: &Value) -> Option<bool> {
 mod tests {
     use super::*;
 
-    // pins S2: every script is one self-contained Lua chunk with the prelude's helpers
+    // pins S10: the scripts read exactly the layouts the decoder reads, and write this
+    // build's layout
     #[test]
-    fn scripts_share_the_prelude() {
+    fn scripts_know_the_layouts() {
+        let prelude = prelude();
+        assert!(prelude.contains("if v == '1' or v == '2' then return v end"));
+        assert!(prelude.contains("is not one this build reads (1, 2)"));
+        assert!(prelude.contains(&format!("local LAYOUT = '{REDIS_LAYOUT_VERSION}'\n")));
+        assert!(prelude.contains(&format!("local MARGIN = {GC_MARGIN_MS}\n")));
+        assert!(prelude.contains(&format!("local MAX = '{MAX_NUMBER}'\n")));
         for script in [
             &CLAIM,
             &TAKE_OVER,
@@ -234,9 +245,5 @@ mod tests {
         ] {
             assert_eq!(script.get_hash().len(), 40);
         }
-        let prelude = prelude();
-        assert!(prelude.contains(&format!("local MARGIN = {GC_MARGIN_MS}\n")));
-        assert!(prelude.contains(&format!("local LAYOUT = '{REDIS_LAYOUT_VERSION}'\n")));
-        assert!(prelude.contains(&format!("local MAX = '{MAX_NUMBER}'\n")));
     }
 }
