@@ -322,7 +322,7 @@ async fn redis_expiry_is_set_after_the_record_expires() {
 // ---------------------------------------------------------------------------------------
 
 mod never_twice {
-    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+    use std::time::Duration;
 
     use idem_runtime::store::redis::{GC_MARGIN_MS, GC_MAX_MS, REDIS_LAYOUT_VERSION};
     use idem_runtime::store::{
@@ -372,6 +372,12 @@ mod never_twice {
             self.cmd(&["HGET", record, field]).await
         }
 
+        /// The server's clock (`TIME`): the clock of a correct-clock worker in these tests.
+        async fn server_now(&mut self) -> Timestamp {
+            let (seconds, micros): (u64, u64) = self.cmd(&["TIME"]).await;
+            Timestamp::from_millis(seconds * 1_000 + micros / 1_000)
+        }
+
         async fn hash(&mut self, record: &str) -> Vec<(String, String)> {
             let mut fields: Vec<(String, String)> = self.cmd(&["HGETALL", record]).await;
             fields.sort();
@@ -385,12 +391,6 @@ mod never_twice {
 
     fn fp(n: u8) -> Fingerprint {
         Fingerprint::from_hex(&format!("{n:02x}").repeat(32)).unwrap()
-    }
-
-    /// This machine's wall clock, the one the server's `TIME` reads here.
-    fn wall() -> Timestamp {
-        let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-        Timestamp::from_millis(since.as_millis() as u64)
     }
 
     fn plus(t: Timestamp, ms: u64) -> Timestamp {
@@ -783,7 +783,7 @@ mod never_twice {
         let (store, mut raw, _cleanup) = setup().await;
         let (worker, fast) = (OwnerToken::random(), OwnerToken::random());
         let ttl = DAY_MS;
-        let now = wall();
+        let now = raw.server_now().await;
         let (running, done) = (key(0x100), key(0x101));
         assert_eq!(
             claim(&store, &running, worker, now, 60_000, ttl).await,
@@ -901,7 +901,7 @@ mod never_twice {
     async fn renewals_keep_the_redis_key_while_the_lease_is_live() {
         let (store, mut raw, _cleanup) = setup().await;
         let owner = OwnerToken::random();
-        let now = wall();
+        let now = raw.server_now().await;
         let k = key(8);
         let record = store.record_key(&k);
         claim(&store, &k, owner, now, 5_000, 10_000).await;
