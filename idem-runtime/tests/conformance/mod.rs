@@ -154,6 +154,9 @@ macro_rules! conformance_suite {
             multi_thread_tests!(
                 sixty_four_concurrent_async_callers_run_the_body_once,
                 in_progress_duplicate_waits_then_replays,
+                slow_bodies_under_duplicates_run_once,
+                random_aborts_leave_no_key_in_progress,
+                a_year_ahead_worker_deletes_nothing_live,
             );
             $($sync)*
         }

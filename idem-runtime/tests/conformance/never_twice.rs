@@ -659,3 +659,205 @@ pub async fn store_renew_and_mark_unknown_compare_the_owner(make: Factory) {
     assert!(!store.renew(renew(next, 10_080, 10_180)).await.unwrap());
     assert!(!store.mark_unknown(mark(next, 10_080)).await.unwrap());
 }
+
+/// An engine over `h`'s store on the wall clock (real time, for the hammers below).
+fn wall_clock_ctx(h: &Harness, conversation: &str) -> CallContext {
+    let engine =
+        idem_runtime::Engine::from_shared(h.store.clone(), Arc::new(idem_runtime::SystemClock));
+    CallContext::new()
+        .with_engine(engine)
+        .with_conversation(conversation.to_owned())
+}
+
+// pins L1, S2: 100 bodies each running five leases (lease 1 s, heartbeat 333 ms, body 5 s of
+// real time), with a duplicate of each from another client every quarter lease: every body
+// runs once, every duplicate is refused with InProgress until the outcome exists, then replays
+pub async fn slow_bodies_under_duplicates_run_once(make: Factory) {
+    const TRIALS: u64 = 100;
+    let h = harness(make);
+    let spec = spec("five_leases", 1_000, 0, false, OnCancel::Hold);
+    let owners = wall_clock_ctx(&h, "conv_hammer");
+    let others = wall_clock_ctx(&h, "conv_hammer");
+    let runs: Arc<Vec<AtomicUsize>> = Arc::new((0..TRIALS).map(|_| AtomicUsize::new(0)).collect());
+    let mut tasks = Vec::new();
+    for order in 0..TRIALS {
+        let (ctx, runs) = (owners.clone(), runs.clone());
+        tasks.push(tokio::spawn(async move {
+            let p = prepare(spec, Some(&ctx), |a| a.key("order", &order).map(drop)).unwrap();
+            p.run(async {
+                runs[order as usize].fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                Ok::<u64, ToolError>(order)
+            })
+            .await
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut duplicates = Vec::new();
+    for order in 0..TRIALS {
+        let (ctx, runs) = (others.clone(), runs.clone());
+        duplicates.push(tokio::spawn(async move {
+            let mut refused = 0u32;
+            loop {
+                let p = prepare(spec, Some(&ctx), |a| a.key("order", &order).map(drop)).unwrap();
+                let out = p
+                    .run(async {
+                        runs[order as usize].fetch_add(1, Ordering::SeqCst);
+                        Ok::<u64, ToolError>(u64::MAX)
+                    })
+                    .await;
+                match out {
+                    Err(ToolError::Idem(Error::InProgress { .. })) => refused += 1,
+                    Ok(value) => return (value, refused),
+                    Err(other) => panic!("order {order}: {other:?}"),
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }));
+    }
+    for (order, task) in tasks.into_iter().enumerate() {
+        assert_eq!(task.await.unwrap(), Ok(order as u64));
+    }
+    for (order, duplicate) in duplicates.into_iter().enumerate() {
+        let (value, refused) = duplicate.await.unwrap();
+        assert_eq!(
+            value, order as u64,
+            "the duplicate replayed the owner's outcome"
+        );
+        assert!(
+            refused >= 10,
+            "order {order}: refused {refused} times while the body ran"
+        );
+    }
+    for (order, count) in runs.iter().enumerate() {
+        assert_eq!(count.load(Ordering::SeqCst), 1, "order {order} ran once");
+    }
+}
+
+// pins U5, U4, S7: 1,000 calls of a body of 0–3 ms, each aborted at a random instant of its
+// first 5 ms: once the store settled, no key is left in progress (each is absent, completed,
+// or held as unknown if its body was cut off mid-way)
+pub async fn random_aborts_leave_no_key_in_progress(make: Factory) {
+    const TRIALS: u64 = 1_000;
+    let h = harness(make);
+    let spec = spec("aborted", 60_000, 0, false, OnCancel::Hold);
+    let ctx = wall_clock_ctx(&h, "conv_aborts");
+    let mut keys = Vec::new();
+    let mut tasks = Vec::new();
+    for order in 0..TRIALS {
+        keys.push(key_of(spec, &ctx, order));
+        let ctx = ctx.clone();
+        let body_ms = fastrand::u64(0..=3);
+        let task = tokio::spawn(async move {
+            let p = prepare(spec, Some(&ctx), |a| a.key("order", &order).map(drop)).unwrap();
+            p.run(async move {
+                tokio::time::sleep(Duration::from_millis(body_ms)).await;
+                Ok::<u64, ToolError>(order)
+            })
+            .await
+        });
+        let abort_after = Duration::from_micros(fastrand::u64(0..5_000));
+        tasks.push(tokio::spawn(async move {
+            tokio::time::sleep(abort_after).await;
+            task.abort();
+            let _ = task.await;
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut left: Vec<u64>;
+    loop {
+        left = Vec::new();
+        for (order, key) in keys.iter().enumerate() {
+            let now = idem_runtime::Clock::now(&idem_runtime::SystemClock);
+            if let Some(Record {
+                state: RecordState::InProgress { .. },
+                ..
+            }) = h.store.read(key, now).await.unwrap()
+            {
+                left.push(order as u64);
+            }
+        }
+        if left.is_empty() || std::time::Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(left.is_empty(), "keys left in progress: {left:?}");
+}
+
+// pins G1: a worker whose clock runs a year ahead, claiming thousands of other keys (enough
+// to run every store's garbage collection several times), deletes neither a live claim of a
+// correct-clock worker nor, afterwards, its saved outcome
+pub async fn a_year_ahead_worker_deletes_nothing_live(make: Factory) {
+    const CLAIMS: u64 = 4_200;
+    let h = harness(make);
+    let now = idem_runtime::Clock::now(&idem_runtime::SystemClock);
+    let correct = idem_runtime::testkit::ManualClock::starting_at(now);
+    let ahead = idem_runtime::testkit::ManualClock::starting_at(
+        now.saturating_add(Duration::from_secs(366 * 86_400)),
+    );
+    let on = |clock: &idem_runtime::testkit::ManualClock, conversation: &str| {
+        CallContext::new()
+            .with_engine(idem_runtime::Engine::from_shared(
+                h.store.clone(),
+                Arc::new(clock.clone()),
+            ))
+            .with_conversation(conversation.to_owned())
+    };
+    let spec = spec("gc_victim", 60_000, 0, false, OnCancel::Hold);
+    let fast = spec_for_fast_worker();
+    let (live, fast_ctx) = (on(&correct, "conv_live"), on(&ahead, "conv_fast"));
+    let key = key_of(spec, &live, 1);
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let owner = {
+        let (live, gate) = (live.clone(), gate.clone());
+        tokio::spawn(async move {
+            let p = prepare(spec, Some(&live), |a| a.key("order", &1u64).map(drop)).unwrap();
+            p.run(async {
+                gate.notified().await;
+                Ok::<u64, ToolError>(7)
+            })
+            .await
+        })
+    };
+    let read_live = || async { h.store.read(&key, correct_now(&correct)).await.unwrap() };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while read_live().await.is_none() {
+        assert!(std::time::Instant::now() < deadline, "no claim");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let runs = AtomicUsize::new(0);
+    for order in 0..CLAIMS {
+        fenced_refund(fast, &fast_ctx, &runs, order).await.unwrap();
+    }
+    assert!(
+        matches!(
+            read_live().await.map(|r| r.state),
+            Some(RecordState::InProgress { .. })
+        ),
+        "the live claim survived"
+    );
+    gate.notify_one();
+    assert_eq!(owner.await.unwrap(), Ok(7));
+    for order in CLAIMS..2 * CLAIMS {
+        fenced_refund(fast, &fast_ctx, &runs, order).await.unwrap();
+    }
+    let p = prepare(spec, Some(&live), |a| a.key("order", &1u64).map(drop)).unwrap();
+    assert_eq!(p.run(async { Ok::<u64, ToolError>(0) }).await, Ok(7));
+    assert_eq!(live.last_outcome().unwrap().status, CallStatus::Replayed);
+}
+
+fn spec_for_fast_worker() -> &'static ToolSpec {
+    Box::leak(Box::new(ToolSpec {
+        ttl: Duration::from_secs(3_600),
+        lease: Duration::from_secs(1),
+        ..ToolSpec::new("fast_worker")
+    }))
+}
+
+fn correct_now(clock: &idem_runtime::testkit::ManualClock) -> idem_runtime::Timestamp {
+    idem_runtime::Clock::now(clock)
+}

@@ -410,11 +410,6 @@ impl Store for PostgresStore {
             to_sql(req.seen_lease_until),
         ];
         let fence = fence_to_sql(req.fence);
-        let undo = Undo {
-            key: req.key.clone(),
-            owner: req.owner,
-            acquired: |taken: &bool| *taken,
-        };
         self.run(
             move |inner| async move {
                 let [lease_until, now, expires_at, seen_lease_until] = times;
@@ -436,7 +431,9 @@ impl Store for PostgresStore {
                     .await
                     .map(|updated| updated == 1)
             },
-            Some(undo),
+            // No undo: a takeover whose caller went away must not delete the record, whose
+            // outcome is unknown (U2); the claim lapses with its lease instead.
+            None,
         )
     }
 

@@ -327,14 +327,11 @@ impl Store for RedisStore {
         ];
         let eval = self.eval("take over", &scripts::TAKE_OVER, req.key, args);
         let (store, key) = (self.clone(), req.key.clone());
-        let undo = Undo {
-            key: req.key.clone(),
-            owner: req.owner,
-            acquired: |taken: &bool| *taken,
-        };
         self.run(
             async move { flag(&store, &key, "takeover", &eval.await?) },
-            Some(undo),
+            // No undo: a takeover whose caller went away must not delete the record, whose
+            // outcome is unknown (U2); the claim lapses with its lease instead.
+            None,
         )
     }
 
