@@ -223,10 +223,10 @@ async fn completed_keys_replay_through_a_new_store() {
     );
 }
 
-// pins S7: a body that panics inside a task releases its claim (spawned on the runtime); the
-// next call runs the body
+// pins S7, U4: a body that panics inside a task leaves its outcome unknown (the mark is a store
+// write detached onto the runtime); the next call gets OutcomeUnknown and does not run the body
 #[tokio::test]
-async fn panicking_async_body_releases_the_claim() {
+async fn panicking_async_body_leaves_the_outcome_unknown() {
     let h = Harness::on(postgres());
     let spec = default_spec();
     let ctx = h.ctx("conv_panic");
@@ -238,12 +238,25 @@ async fn panicking_async_body_releases_the_claim() {
     let task = tokio::spawn(p.run(buggy_tool()));
     assert!(task.await.unwrap_err().is_panic());
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while h.store.read(&key, h.now()).await.unwrap().is_some() {
-        assert!(std::time::Instant::now() < deadline, "claim still held");
+    loop {
+        let record = h.store.read(&key, h.now()).await.unwrap();
+        if matches!(
+            record.as_ref().map(|r| &r.state),
+            Some(idem_runtime::store::RecordState::OutcomeUnknown { .. })
+        ) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not marked unknown: {record:?}"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert_eq!(refund(spec, &ctx, &h.log, 6).await, Ok(600));
-    assert_eq!(h.log.len(), 1);
+    assert!(matches!(
+        refund(spec, &ctx, &h.log, 6).await,
+        Err(ToolError::Idem(idem_runtime::Error::OutcomeUnknown { .. }))
+    ));
+    assert_eq!(h.log.len(), 0);
 }
 
 // pins S10: outside a tokio runtime every operation is a clear Unsupported error, and a sync

@@ -692,7 +692,15 @@ pub async fn slow_bodies_under_duplicates_run_once(make: Factory) {
             .await
         }));
     }
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Every owner's body has begun before the first duplicate comes.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while runs.iter().map(|r| r.load(Ordering::SeqCst)).sum::<usize>() < TRIALS as usize {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the owners never all began"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let mut duplicates = Vec::new();
     for order in 0..TRIALS {
         let (ctx, runs) = (others.clone(), runs.clone());
