@@ -29,12 +29,13 @@ use std::time::{Duration, Instant};
 use idem_runtime::envelope::Envelope;
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::store::{
-    ChangeSignal, Claim, ClaimRequest, Completion, OwnerToken, Record, StoreFuture, TakeoverRequest,
+    ChangeSignal, Claim, ClaimRequest, Completion, MarkUnknownRequest, OwnerToken, Record,
+    RenewRequest, StoreFuture, TakeoverRequest,
 };
 use idem_runtime::testkit::ManualClock;
 use idem_runtime::{
-    current_key, prepare, CallContext, CallRecord, Engine, MemoryStore, Scope, Store, Timestamp,
-    ToolError, ToolSpec,
+    current_key, prepare, CallContext, CallRecord, Engine, MemoryStore, OnCancel, Scope, Store,
+    Timestamp, ToolError, ToolSpec,
 };
 use serde::{Deserialize, Serialize};
 
@@ -97,12 +98,14 @@ impl Backend {
     }
 }
 
-/// Lease, TTL and wait of the tool, in milliseconds.
+/// Lease, TTL, wait and heartbeat of the tool, in milliseconds.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct Spans {
     pub ttl_ms: u64,
     pub lease_ms: u64,
     pub wait_ms: u64,
+    /// The renewal period (L1); `None`: the default, a third of the lease.
+    pub heartbeat_ms: Option<u64>,
 }
 
 impl Spans {
@@ -114,6 +117,9 @@ impl Spans {
             ttl: Duration::from_millis(self.ttl_ms),
             lease: Duration::from_millis(self.lease_ms),
             wait: Duration::from_millis(self.wait_ms),
+            heartbeat: self.heartbeat_ms.map(Duration::from_millis),
+            on_cancel: OnCancel::Hold,
+            reconcile: false,
             store: None,
         }))
     }
@@ -678,6 +684,12 @@ impl Store for ChildStore {
     fn take_over<'a>(&'a self, req: TakeoverRequest<'a>) -> StoreFuture<'a, bool> {
         self.inner.take_over(req)
     }
+    fn renew<'a>(&'a self, req: RenewRequest<'a>) -> StoreFuture<'a, bool> {
+        self.inner.renew(req)
+    }
+    fn mark_unknown<'a>(&'a self, req: MarkUnknownRequest<'a>) -> StoreFuture<'a, bool> {
+        self.inner.mark_unknown(req)
+    }
     fn complete<'a>(
         &'a self,
         key: &'a IdempotencyKey,
@@ -702,9 +714,6 @@ impl Store for ChildStore {
         now: Timestamp,
     ) -> StoreFuture<'a, Option<Record>> {
         self.inner.read(key, now)
-    }
-    fn release_on_drop(&self, key: &IdempotencyKey, owner: OwnerToken) {
-        self.inner.release_on_drop(key, owner)
     }
     fn watch(&self, key: &IdempotencyKey) -> Option<ChangeSignal> {
         self.inner.watch(key)
