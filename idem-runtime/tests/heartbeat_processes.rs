@@ -299,8 +299,10 @@ fn assert_replays(fresh: &Fresh, name: &str, outcome: &str, fence: u64) {
     assert_eq!(record.fence, fence, "{record:?}");
 }
 
-/// Every renewal the children asked for succeeded (no claim was lost while its owner
-/// lived, L2); returns how many there were of `child`.
+/// Every renewal the children logged succeeded (no claim was lost while its owner lived,
+/// L2); returns how many `child` logged. A child logs a renewal once the store answered it,
+/// so a kill right after a renewal can beat its line: the parent's reads of the record, not
+/// this count, prove a renewal before a kill.
 fn renewals_of(fresh: &Fresh, child: &str) -> usize {
     let all = processes::renewals(fresh.path());
     for line in &all {
@@ -439,7 +441,7 @@ fn killed_owner_is_taken_over_in_time(fresh: Fresh) {
     assert_replays(&fresh, "after", &took.outcome, 2);
     eprintln!(
         "{}: SIGKILL → takeover in {delay} ms (lease deadline {} ms after the kill; bound \
-         {} ms), {} renewals before the kill, {:?}",
+         {} ms), {} renewals logged before the kill, {:?}",
         fresh.backend.name(),
         kill.lease_until_ms as i64 - kill.at_ms as i64,
         LEASE_MS + HEARTBEAT_MS + SCHEDULING_SLACK_MS,
@@ -500,7 +502,7 @@ fn fence_grows_across_two_kills(fresh: Fresh) {
     assert_replays(&fresh, "after", &three.outcome, 3);
     eprintln!(
         "{}: two SIGKILLs → takeovers in {delay1} ms and {delay2} ms (lease deadlines {} and \
-         {} ms after the kills), {} and {} renewals before them, {:?}",
+         {} ms after the kills), {} and {} renewals logged before them, {:?}",
         fresh.backend.name(),
         kill1.lease_until_ms as i64 - kill1.at_ms as i64,
         kill2.lease_until_ms as i64 - kill2.at_ms as i64,
