@@ -51,6 +51,7 @@ fn spans(wait_ms: u64) -> Spans {
         ttl_ms: TTL_MS,
         lease_ms: LEASE_MS,
         wait_ms,
+        heartbeat_ms: None,
     }
 }
 
@@ -223,7 +224,7 @@ fn crash_before_the_record(fresh: Fresh, point: CrashPoint) {
                     executed.push(job.name.clone());
                 }
                 CallStatus::Replayed => assert!(!record.takeover),
-                CallStatus::Reconciled => panic!("the tool has no reconcile function: {record:?}"),
+                CallStatus::Reconciled => panic!("no reconcile function: {record:?}"),
             }
             outcomes.insert(out);
         }

@@ -34,6 +34,7 @@ const SPANS: Spans = Spans {
     ttl_ms: 86_400_000,
     lease_ms: 60_000,
     wait_ms: 60_000,
+    heartbeat_ms: None,
 };
 
 /// The child process of these tests (run by them, not on its own).
@@ -111,7 +112,7 @@ fn hammer(fresh: Fresh, processes: usize, tasks: usize, barrier: Barrier) {
                     .or_default()
                     .push(job.name.clone()),
                 CallStatus::Replayed => {}
-                CallStatus::Reconciled => panic!("the tool has no reconcile function: {record:?}"),
+                CallStatus::Reconciled => panic!("no reconcile function: {record:?}"),
             }
             outcomes.entry(line.order).or_default().insert(out);
         }

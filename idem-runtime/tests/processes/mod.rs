@@ -9,11 +9,18 @@
 //! - every real execution of a body appends one line to `effects.jsonl` in the run's
 //!   folder (`O_APPEND`, one `write` per line, so lines of concurrent processes never mix);
 //! - every call's result goes to `results-<child>.jsonl` when the child is done (a child
-//!   that kills itself writes none).
+//!   that kills itself writes none);
+//! - every lease renewal a child's store answered appends one line to `renewals.jsonl`.
 //!
-//! Clocks: every child runs on a [`ManualClock`] that starts at the instant the parent chose
+//! Clocks: a child runs on a [`ManualClock`] that starts at the instant the parent chose
 //! ([`Job::start_ms`]); it moves only if the job says so ([`Job::advance_to_ms`]), never by
-//! sleeping. Lease, TTL and wait come from the [`Spans`] the parent passes.
+//! sleeping. A job with [`ChildClock::System`] runs on the wall clock instead (real leases,
+//! real renewals, for the heartbeat tests). Lease, TTL, wait and heartbeat come from the
+//! [`Spans`] the parent passes.
+//!
+//! A job with [`Polling`] calls its one order again and again at a fixed real-time pace
+//! (a client retrying with a zero wait) and appends each call's result as it comes, so a
+//! poller that is killed still leaves the results of its calls so far.
 
 #![allow(dead_code)] // each test binary uses its own subset
 
@@ -34,8 +41,8 @@ use idem_runtime::store::{
 };
 use idem_runtime::testkit::ManualClock;
 use idem_runtime::{
-    current_key, prepare, CallContext, CallRecord, Engine, MemoryStore, Scope, Store, Timestamp,
-    ToolError, ToolSpec,
+    current_attempt, current_key, prepare, CallContext, CallRecord, Clock, Engine, MemoryStore,
+    OnCancel, Scope, Store, SystemClock, Timestamp, ToolError, ToolSpec, UnknownCause,
 };
 use serde::{Deserialize, Serialize};
 
@@ -98,12 +105,14 @@ impl Backend {
     }
 }
 
-/// Lease, TTL and wait of the tool, in milliseconds.
+/// Lease, TTL, wait and heartbeat of the tool, in milliseconds.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct Spans {
     pub ttl_ms: u64,
     pub lease_ms: u64,
     pub wait_ms: u64,
+    /// The renewal period (L1); `None`: the default, a third of the lease.
+    pub heartbeat_ms: Option<u64>,
 }
 
 impl Spans {
@@ -115,7 +124,10 @@ impl Spans {
             ttl: Duration::from_millis(self.ttl_ms),
             lease: Duration::from_millis(self.lease_ms),
             wait: Duration::from_millis(self.wait_ms),
-            ..ToolSpec::new(TOOL)
+            heartbeat: self.heartbeat_ms.map(Duration::from_millis),
+            on_cancel: OnCancel::Hold,
+            reconcile: false,
+            store: None,
         }))
     }
 }
@@ -156,6 +168,34 @@ pub struct Job {
     pub crash: Option<CrashPoint>,
     /// Where the child waits at the start barrier until the parent opens it.
     pub barrier: Barrier,
+    /// The engine's clock: the manual clock at `start_ms` (the default), or the wall clock.
+    pub clock: ChildClock,
+    /// If set, the job's one task calls its one order repeatedly (see [`Polling`]).
+    pub polling: Option<Polling>,
+}
+
+/// The clock a child's engine runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChildClock {
+    /// A [`ManualClock`] at [`Job::start_ms`], moved only by [`Job::advance_to_ms`].
+    Manual,
+    /// [`SystemClock`]: real time, real lease lapses, real renewals (`start_ms` is ignored).
+    System,
+}
+
+/// A child that calls one order again and again, one call every `every_ms` of real time
+/// (from the start of one call to the start of the next), like a client retrying.
+///
+/// It stops once a call returned anything but `InProgress` and `then` more calls were made
+/// after it, or after `max_calls` calls in all (the parent then finds no settled result).
+/// Each call's [`ResultLine`] is appended to `results-<child>.jsonl` when it returns, and
+/// the file `polling-<child>` appears once the first call returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Polling {
+    pub every_ms: u64,
+    pub max_calls: u32,
+    pub then: u32,
 }
 
 /// Where a child waits for the start barrier ([`spawn_together`]).
@@ -182,6 +222,46 @@ pub struct EffectLine {
     pub pid: u32,
     /// The outcome the body returns.
     pub outcome: String,
+    /// The attempt the body saw ([`current_attempt`]).
+    pub attempt: Option<AttemptLine>,
+}
+
+/// What a body saw of its attempt (F1, U2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptLine {
+    pub fence: u64,
+    /// When this attempt claimed or took over the key (engine clock, ms).
+    pub claimed_at_ms: u64,
+    pub takeover: bool,
+    /// The run it took over, if any.
+    pub previous: Option<PreviousLine>,
+}
+
+/// [`idem_runtime::PreviousRun`], as a body saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreviousLine {
+    pub claimed_at_ms: u64,
+    pub fence: u64,
+    pub unknown_since_ms: u64,
+    /// `lease_lapsed` or `gave_up`.
+    pub cause: String,
+}
+
+impl PreviousLine {
+    pub const LEASE_LAPSED: &'static str = "lease_lapsed";
+    pub const GAVE_UP: &'static str = "gave_up";
+}
+
+/// One line of `renewals.jsonl`: one lease renewal a child's store answered (L1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RenewalLine {
+    pub child: String,
+    /// The renewal's "now" (engine clock, ms).
+    pub now_ms: u64,
+    /// The lease deadline it asked for.
+    pub lease_until_ms: u64,
+    /// `Ok(true)`: renewed; `Ok(false)`: the claim was lost; `Err`: a store error.
+    pub renewed: Result<bool, String>,
 }
 
 /// One line of `results-<child>.jsonl`: what one call returned.
@@ -192,6 +272,14 @@ pub struct ResultLine {
     pub result: Result<String, ToolError>,
     /// The call's [`CallRecord`] (`None` when it ended in a layer error before it had one).
     pub record: Option<CallRecord>,
+    /// When the call started and returned (wall clock, ms since the epoch).
+    pub started_ms: u64,
+    pub ended_ms: u64,
+}
+
+/// This machine's wall clock, ms since the Unix epoch (what [`SystemClock`] reads).
+pub fn wall_ms() -> u64 {
+    SystemClock.now().as_millis()
 }
 
 /// The key of `order` (the same in every process: it does not depend on the store).
@@ -230,6 +318,11 @@ pub fn effects(dir: &Path) -> Vec<EffectLine> {
 /// The results a child wrote.
 pub fn results(dir: &Path, child: &str) -> Vec<ResultLine> {
     read_lines(&dir.join(format!("results-{child}.jsonl")))
+}
+
+/// The lease renewals of a run so far, by every child.
+pub fn renewals(dir: &Path) -> Vec<RenewalLine> {
+    read_lines(&dir.join("renewals.jsonl"))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -271,6 +364,64 @@ pub fn spawn(child_test: &str, job: &Job) -> Running {
 }
 
 impl Running {
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether the child has exited (it is not reaped: [`wait`](Self::wait) still works).
+    pub fn has_exited(&mut self) -> bool {
+        self.child.try_wait().expect("look at the child").is_some()
+    }
+
+    /// Sends SIGKILL to the child now; returns the wall clock ([`wall_ms`]) just before.
+    /// Fails if the child already exited (nothing would have been killed).
+    pub fn sigkill(&mut self) -> u64 {
+        if let Some(status) = self.child.try_wait().expect("look at the child") {
+            panic!(
+                "child {} exited ({status}) before it was to be killed\n{}",
+                self.name,
+                self.output()
+            );
+        }
+        let pid = libc::pid_t::try_from(self.child.id()).expect("a pid");
+        let at = wall_ms();
+        // SAFETY: `kill` has no memory-safety preconditions; `pid` is our own child, not
+        // yet reaped (so its pid cannot have been reused).
+        let sent = unsafe { libc::kill(pid, libc::SIGKILL) };
+        assert_eq!(sent, 0, "kill({pid}, SIGKILL) failed");
+        at
+    }
+
+    /// Waits, polling every 2 ms, until `done()` holds; fails (with the child's output) if
+    /// the child exits first or `deadline` passes. Returns the wall clock when it held.
+    pub fn wait_until(
+        &mut self,
+        what: &str,
+        deadline: Duration,
+        mut done: impl FnMut() -> bool,
+    ) -> u64 {
+        let until = Instant::now() + deadline;
+        loop {
+            if done() {
+                return wall_ms();
+            }
+            if let Some(status) = self.child.try_wait().expect("look at the child") {
+                panic!(
+                    "child {} exited ({status}) while the parent waited for {what}\n{}",
+                    self.name,
+                    self.output()
+                );
+            }
+            assert!(
+                Instant::now() < until,
+                "{what}: not within {deadline:?}\n{}",
+                self.output()
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
     /// Waits for the child (killing it and failing past [`CHILD_DEADLINE`]).
     pub fn wait(mut self) -> ExitStatus {
         let deadline = Instant::now() + CHILD_DEADLINE;
@@ -321,6 +472,17 @@ impl Running {
 
     fn output(&self) -> String {
         child_output(&self.dir, &self.name)
+    }
+}
+
+impl Drop for Running {
+    /// A child still running when its parent lets go of it (a failed test) is killed, so
+    /// that no process outlives the test and its folder.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
 
@@ -417,6 +579,8 @@ impl Fresh {
             body_ms: 0,
             crash: None,
             barrier: Barrier::None,
+            clock: ChildClock::Manual,
+            polling: None,
         }
     }
 }
@@ -476,6 +640,34 @@ fn cleanup(backend: &Backend) -> Result<(), String> {
     }
 }
 
+/// The parent's own connection to a run's store, for repeated reads (each read is one
+/// store round trip, not a new connection).
+pub struct Observer {
+    runtime: tokio::runtime::Runtime,
+    store: Arc<dyn Store>,
+}
+
+impl Observer {
+    pub fn new(backend: &Backend) -> Observer {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let store = runtime.block_on(backend.open());
+        Observer { runtime, store }
+    }
+
+    /// The record of `key` at `now`.
+    pub fn read(&self, key: &IdempotencyKey, now: u64) -> Option<Record> {
+        self.runtime.block_on(async {
+            self.store
+                .read(key, Timestamp::from_millis(now))
+                .await
+                .expect("read the record")
+        })
+    }
+}
+
 /// The record of `key` as the parent sees it at `now`, through a store of its own.
 pub fn read_record(backend: &Backend, key: &IdempotencyKey, now: u64) -> Option<Record> {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -508,6 +700,9 @@ pub fn child_main() {
         .build()
         .expect("a tokio runtime");
     let lines = runtime.block_on(run_job(job.clone()));
+    if job.polling.is_some() {
+        return; // each call's line is already appended
+    }
     let mut text = String::new();
     for line in &lines {
         text.push_str(&serde_json::to_string(line).unwrap());
@@ -561,14 +756,24 @@ async fn run_job(job: Job) -> Vec<ResultLine> {
         inner: job.backend.open().await,
         die_after_record: job.crash == Some(CrashPoint::AfterRecord),
         claimed: claimed.clone(),
+        renewals: job.dir.join("renewals.jsonl"),
+        child: job.name.clone(),
     });
     let clock = ManualClock::starting_at(Timestamp::from_millis(job.start_ms));
-    let engine = Engine::from_shared(store.clone(), Arc::new(clock.clone()));
+    let engine_clock: Arc<dyn Clock> = match job.clock {
+        ChildClock::Manual => Arc::new(clock.clone()),
+        ChildClock::System => Arc::new(SystemClock),
+    };
+    let engine = Engine::from_shared(store.clone(), engine_clock);
     let spec = job.spans.spec();
     // Warm up (connect, schema) before calling: with `BeforeCalls` the race is on the calls.
     let warm_up = key_of(job.spans, u64::MAX);
+    let warm_up_at = match job.clock {
+        ChildClock::Manual => job.start_ms,
+        ChildClock::System => wall_ms(),
+    };
     store
-        .read(&warm_up, Timestamp::from_millis(job.start_ms))
+        .read(&warm_up, Timestamp::from_millis(warm_up_at))
         .await
         .expect("the store answers");
     if job.barrier == Barrier::BeforeCalls {
@@ -577,7 +782,6 @@ async fn run_job(job: Job) -> Vec<ResultLine> {
     if let Some(target) = job.advance_to_ms {
         let clock = clock.clone();
         std::thread::spawn(move || {
-            use idem_runtime::Clock;
             // The call read its start time before its first claim; move only after that.
             while !claimed.load(Ordering::SeqCst) {
                 std::thread::sleep(Duration::from_micros(200));
@@ -590,6 +794,10 @@ async fn run_job(job: Job) -> Vec<ResultLine> {
     }
     let job = Arc::new(job);
     let executions = Arc::new(AtomicU64::new(0));
+    if let Some(polling) = job.polling {
+        poll(&job, polling, spec, &engine, &executions).await;
+        return Vec::new();
+    }
     let mut handles = Vec::new();
     for (task, orders) in job.tasks.iter().cloned().enumerate() {
         let (job, engine, executions) = (job.clone(), engine.clone(), executions.clone());
@@ -599,12 +807,15 @@ async fn run_job(job: Job) -> Vec<ResultLine> {
                 .with_conversation(CONVERSATION);
             let mut lines = Vec::new();
             for order in orders {
+                let started_ms = wall_ms();
                 let result = call(&job, spec, &ctx, &executions, order).await;
                 lines.push(ResultLine {
                     task,
                     order,
                     result,
                     record: ctx.last_outcome(),
+                    started_ms,
+                    ended_ms: wall_ms(),
                 });
             }
             lines
@@ -615,6 +826,57 @@ async fn run_job(job: Job) -> Vec<ResultLine> {
         lines.extend(handle.await.expect("a calling task"));
     }
     lines
+}
+
+/// The polling job: one order, called every `every_ms` until settled (see [`Polling`]).
+async fn poll(
+    job: &Job,
+    polling: Polling,
+    spec: &'static ToolSpec,
+    engine: &Engine,
+    executions: &AtomicU64,
+) {
+    assert_eq!(job.tasks.len(), 1, "a polling job has one task");
+    assert_eq!(job.tasks[0].len(), 1, "a polling job calls one order");
+    let order = job.tasks[0][0];
+    let results = job.dir.join(format!("results-{}.jsonl", job.name));
+    let marker = job.dir.join(format!("polling-{}", job.name));
+    let mut after_settled: Option<u32> = None;
+    let mut next = Instant::now();
+    for _ in 0..polling.max_calls {
+        // A context per call: its `last_outcome` is this call's, never an earlier one's.
+        let ctx = CallContext::new()
+            .with_engine(engine.clone())
+            .with_conversation(CONVERSATION);
+        let started_ms = wall_ms();
+        let result = call(job, spec, &ctx, executions, order).await;
+        let busy = matches!(
+            &result,
+            Err(ToolError::Idem(idem_runtime::Error::InProgress { .. }))
+        );
+        let line = ResultLine {
+            task: 0,
+            order,
+            result,
+            record: ctx.last_outcome(),
+            started_ms,
+            ended_ms: wall_ms(),
+        };
+        append_line(&results, &serde_json::to_string(&line).unwrap());
+        if !marker.exists() {
+            File::create(&marker).unwrap();
+        }
+        if let Some(done) = after_settled.as_mut() {
+            *done += 1;
+        } else if !busy {
+            after_settled = Some(0);
+        }
+        if after_settled.is_some_and(|done| done >= polling.then) {
+            return;
+        }
+        next += Duration::from_millis(polling.every_ms);
+        tokio::time::sleep_until(next.into()).await;
+    }
 }
 
 /// One call of [`TOOL`] for `order` through the full protocol. The body appends its effect
@@ -635,12 +897,28 @@ async fn call(
             let n = executions.fetch_add(1, Ordering::SeqCst);
             let pid = std::process::id();
             let outcome = format!("{}/pid {pid}/run {n}", job.name);
+            let attempt = current_attempt().map(|a| AttemptLine {
+                fence: a.fence(),
+                claimed_at_ms: a.claimed_at().as_millis(),
+                takeover: a.is_takeover(),
+                previous: a.previous().map(|p| PreviousLine {
+                    claimed_at_ms: p.claimed_at.as_millis(),
+                    fence: p.fence,
+                    unknown_since_ms: p.unknown_since.as_millis(),
+                    cause: match p.cause {
+                        UnknownCause::LeaseLapsed => PreviousLine::LEASE_LAPSED,
+                        UnknownCause::GaveUp => PreviousLine::GAVE_UP,
+                    }
+                    .to_owned(),
+                }),
+            });
             let line = EffectLine {
                 order,
                 key: current_key().map(|k| k.as_str().to_owned()),
                 child: job.name.clone(),
                 pid,
                 outcome: outcome.clone(),
+                attempt,
             };
             append_line(
                 &job.dir.join("effects.jsonl"),
@@ -666,6 +944,9 @@ struct ChildStore {
     inner: Arc<dyn Store>,
     die_after_record: bool,
     claimed: Arc<AtomicBool>,
+    /// `renewals.jsonl`: every renewal's answer is appended there (after it answered).
+    renewals: PathBuf,
+    child: String,
 }
 
 impl Store for ChildStore {
@@ -678,6 +959,23 @@ impl Store for ChildStore {
     }
     fn take_over<'a>(&'a self, req: TakeoverRequest<'a>) -> StoreFuture<'a, bool> {
         self.inner.take_over(req)
+    }
+    fn renew<'a>(&'a self, req: RenewRequest<'a>) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let (now_ms, lease_until_ms) = (req.now.as_millis(), req.lease_until.as_millis());
+            let renewed = self.inner.renew(req).await;
+            let line = RenewalLine {
+                child: self.child.clone(),
+                now_ms,
+                lease_until_ms,
+                renewed: renewed.clone().map_err(|e| e.to_string()),
+            };
+            append_line(&self.renewals, &serde_json::to_string(&line).unwrap());
+            renewed
+        })
+    }
+    fn mark_unknown<'a>(&'a self, req: MarkUnknownRequest<'a>) -> StoreFuture<'a, bool> {
+        self.inner.mark_unknown(req)
     }
     fn complete<'a>(
         &'a self,
@@ -703,12 +1001,6 @@ impl Store for ChildStore {
         now: Timestamp,
     ) -> StoreFuture<'a, Option<Record>> {
         self.inner.read(key, now)
-    }
-    fn renew<'a>(&'a self, req: RenewRequest<'a>) -> StoreFuture<'a, bool> {
-        self.inner.renew(req)
-    }
-    fn mark_unknown<'a>(&'a self, req: MarkUnknownRequest<'a>) -> StoreFuture<'a, bool> {
-        self.inner.mark_unknown(req)
     }
     fn watch(&self, key: &IdempotencyKey) -> Option<ChangeSignal> {
         self.inner.watch(key)
