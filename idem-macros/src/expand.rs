@@ -33,6 +33,32 @@
 //! parameters are rebound to `arg<index>` in the signature and destructured again at the
 //! top of `BODY`.
 //!
+//! The spec also carries `heartbeat` (`Some(Duration::from_millis(N))`, or `None` for the
+//! runtime's default, a third of the lease), `on_cancel` (`::idem::OnCancel::Hold` unless
+//! `on_cancel = "release"`) and `reconcile` (whether `reconcile = PATH` is given). With
+//! `reconcile = check_refund`, the call is claimed first, and a record left
+//! outcome-unknown is settled by the reconcile fn before the body may run (U2):
+//!
+//! ```text
+//!     let __idem_call = match ::idem::__private::begin::<Ret>(__idem_prepared).await {
+//!         ::idem::__private::Begun::Done(r) => return r,       // replay, layer error…
+//!         ::idem::__private::Begun::Claimed(c) => c,
+//!     };
+//!     let __idem_call = if __idem_call.needs_reconcile() {
+//!         let __idem_attempt = __idem_call.attempt();
+//!         // the receiver first (`&*self`), then every parameter, by shared reference
+//!         let __idem_verdict = check_refund(&order, &amount, &__idem_attempt);
+//!         match ::idem::__private::settle::<Ret, _>(__idem_call, __idem_verdict).await {
+//!             ::idem::__private::Begun::Done(r) => return r,   // the effect happened (or not)
+//!             ::idem::__private::Begun::Claimed(c) => c,       // it did not: run the body
+//!         }
+//!     } else { __idem_call };
+//!     ::idem::__private::run_claimed::<Ret, _>(__idem_call, async move BODY).await
+//! ```
+//!
+//! (sync: `begin_blocking`, `settle_blocking`, `run_claimed_blocking(__idem_call, move ||
+//! -> Ret BODY)`). The verdict's borrows end before `BODY` moves the parameters.
+//!
 //! On any error in the attribute or the fn's shape, the output is the errors, the fn
 //! unchanged, and a stub companion (C3).
 
@@ -41,7 +67,7 @@ use quote::{quote, quote_spanned, ToTokens};
 use syn::ext::IdentExt;
 use syn::{Item, ItemFn, TraitItemFn, Type};
 
-use crate::attr::{self, Errors, Options, ScopeKind};
+use crate::attr::{self, Errors, OnCancel, Options, ScopeKind};
 use crate::companion;
 use crate::item::{self, Param, Role, ToolFn};
 
@@ -171,6 +197,18 @@ fn spec(options: &Options, tool_name: &str) -> TokenStream {
         options.wait.as_ref(),
         quote!(::idem::ToolSpec::DEFAULT_WAIT),
     );
+    let heartbeat = match &options.heartbeat {
+        Some(_) => {
+            let every = duration(options.heartbeat.as_ref(), TokenStream::new());
+            quote!(::core::option::Option::Some(#every))
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    let on_cancel = match options.on_cancel.as_ref().map(|o| o.value) {
+        None | Some(OnCancel::Hold) => quote!(::idem::OnCancel::Hold),
+        Some(OnCancel::Release) => quote!(::idem::OnCancel::Release),
+    };
+    let reconcile = options.reconcile.is_some();
     let (store, store_check) = match &options.store {
         Some(store) => {
             let locator = &store.locator;
@@ -192,6 +230,9 @@ fn spec(options: &Options, tool_name: &str) -> TokenStream {
             ttl: #ttl,
             lease: #lease,
             wait: #wait,
+            heartbeat: #heartbeat,
+            on_cancel: #on_cancel,
+            reconcile: #reconcile,
             store: #store,
         };
     }
@@ -375,11 +416,25 @@ fn rewrite(tool: &ToolFn, options: &Options, tool_name: &str) -> TokenStream {
     let span = checked.span();
     let check = checked.check();
     let (range, checked_output) = (checked.range, &checked.tokens);
-    let body = if sig.asyncness.is_some() {
+    let is_async = sig.asyncness.is_some();
+    // Without `reconcile`, the body runs straight from the prepared call; with it, the
+    // claim comes first, then the reconcile fn when the record is outcome-unknown (U2).
+    let (protocol, claim) = match &options.reconcile {
+        Some(path) => (
+            reconcile(tool, path, &checked, is_async),
+            generated_local("__idem_call"),
+        ),
+        None => (TokenStream::new(), prepared.clone()),
+    };
+    let (run, run_blocking) = match &options.reconcile {
+        Some(_) => (quote!(run_claimed), quote!(run_claimed_blocking)),
+        None => (quote!(run), quote!(run_blocking)),
+    };
+    let body = if is_async {
         spanned_call(
             range,
-            quote_spanned!(span=> ::idem::__private::run::<#checked_output, _>),
-            async_body(&prepared, rebinds.collect(), block),
+            quote_spanned!(span=> ::idem::__private::#run::<#checked_output, _>),
+            async_body(&claim, rebinds.collect(), block),
             quote!(.await),
         )
     } else {
@@ -390,8 +445,8 @@ fn rewrite(tool: &ToolFn, options: &Options, tool_name: &str) -> TokenStream {
         };
         spanned_call(
             range,
-            quote_spanned!(span=> ::idem::__private::run_blocking::<#checked_output, _>),
-            quote!(#prepared, move || -> #output #closure_body),
+            quote_spanned!(span=> ::idem::__private::#run_blocking::<#checked_output, _>),
+            quote!(#claim, move || -> #output #closure_body),
             TokenStream::new(),
         )
     };
@@ -404,7 +459,223 @@ fn rewrite(tool: &ToolFn, options: &Options, tool_name: &str) -> TokenStream {
                 #(#adds)*
                 ::core::result::Result::Ok(())
             });
+            #protocol
             #body
+        }
+    }
+}
+
+/// U2: claims the call, and when the record is outcome-unknown asks the reconcile fn
+/// whether the effect happened before the body may run again. Binds `__idem_call`, the
+/// claimed call, or returns the settled outcome.
+///
+/// The reconcile fn gets the receiver (`&*self`, shared), every parameter by shared
+/// reference, then `&AttemptInfo`; the borrows end with the verdict, before the body
+/// moves the parameters. Its call and the `settle` call are spanned at the path, so an
+/// error about its arguments or its verdict points there.
+fn reconcile(
+    tool: &ToolFn,
+    path: &syn::ExprPath,
+    checked: &CheckedOutput,
+    is_async: bool,
+) -> TokenStream {
+    let prepared = generated_local("__idem_prepared");
+    let call = generated_local("__idem_call");
+    let attempt = generated_local("__idem_attempt");
+    let verdict = generated_local("__idem_verdict");
+    let outcome = generated_local("__idem_outcome");
+    let claimed = generated_local("__idem_claimed");
+    let (span, output) = (checked.span(), &checked.tokens);
+    let (begin, settle, suffix) = if is_async {
+        (quote!(begin), quote!(settle), quote!(.await))
+    } else {
+        (
+            quote!(begin_blocking),
+            quote!(settle_blocking),
+            TokenStream::new(),
+        )
+    };
+
+    let at = span_range(path);
+    let mut args = Vec::new();
+    if let Some(receiver) = tool.item.sig.receiver() {
+        let this = Ident::new("self", receiver.self_token.span);
+        let by_value = matches!(
+            item::peel(&receiver.ty),
+            Type::Path(p) if p.qself.is_none() && p.path.is_ident("Self")
+        );
+        args.push(if by_value {
+            quote!(&#this)
+        } else {
+            quote!(&*#this)
+        });
+    }
+    args.extend(tool.params.iter().map(|param| {
+        let binding = &param.binding;
+        quote!(&#binding)
+    }));
+    args.push(quote!(&#attempt));
+    let args = relocate(quote!(#(#args),*), at.1);
+    let check = spanned_call(at, path.to_token_stream(), args, TokenStream::new());
+
+    let settled = spanned_call(
+        at,
+        respan(quote!(::idem::__private::#settle::<#output, _>), at.0),
+        quote!(#call, #verdict),
+        suffix.clone(),
+    );
+    let begun = spanned_call(
+        checked.range,
+        quote_spanned!(span=> ::idem::__private::#begin::<#output>),
+        quote!(#prepared),
+        suffix,
+    );
+    quote! {
+        let #call = match #begun {
+            ::idem::__private::Begun::Done(#outcome) => return #outcome,
+            ::idem::__private::Begun::Claimed(#claimed) => #claimed,
+        };
+        let #call = if #call.needs_reconcile() {
+            let #attempt = #call.attempt();
+            let #verdict = #check;
+            match #settled {
+                ::idem::__private::Begun::Done(#outcome) => return #outcome,
+                ::idem::__private::Begun::Claimed(#claimed) => #claimed,
+            }
+        } else {
+            #call
+        };
+    }
+}
+
+/// `tokens` moved to the location `at`, each keeping its hygiene (what names it sees).
+fn relocate(tokens: TokenStream, at: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|token| match token {
+            TokenTree::Group(group) => {
+                let mut moved = Group::new(group.delimiter(), relocate(group.stream(), at));
+                moved.set_span(group.span().located_at(at));
+                TokenTree::Group(moved)
+            }
+            mut other => {
+                other.set_span(other.span().located_at(at));
+                other
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expanded(args: TokenStream, item: TokenStream) -> String {
+        expand(args, item).to_string()
+    }
+
+    // pins L1, U2, U3: the options reach the tool's spec
+    #[test]
+    fn spec_carries_the_outcome_options() {
+        let output = expanded(
+            quote!(
+                heartbeat = "1500ms",
+                on_cancel = "release",
+                reconcile = check
+            ),
+            quote!(
+                fn f(a: u8) -> Result<u8, E> {
+                    Ok(a)
+                }
+            ),
+        );
+        assert!(
+            output.contains(
+                "heartbeat : :: core :: option :: Option :: Some (:: core :: time :: Duration :: from_millis (1500))"
+            ),
+            "{output}"
+        );
+        assert!(
+            output.contains("on_cancel : :: idem :: OnCancel :: Release"),
+            "{output}"
+        );
+        assert!(output.contains("reconcile : true"), "{output}");
+        let output = expanded(
+            quote!(),
+            quote!(
+                fn f(a: u8) -> Result<u8, E> {
+                    Ok(a)
+                }
+            ),
+        );
+        assert!(
+            output.contains("heartbeat : :: core :: option :: Option :: None"),
+            "{output}"
+        );
+        assert!(
+            output.contains("on_cancel : :: idem :: OnCancel :: Hold"),
+            "{output}"
+        );
+        assert!(output.contains("reconcile : false"), "{output}");
+        assert!(
+            output.contains(":: idem :: __private :: run_blocking ::"),
+            "{output}"
+        );
+        assert!(!output.contains("__private :: begin"), "{output}");
+    }
+
+    // pins U2: a reconciling tool claims, reconciles an outcome-unknown record with every
+    // parameter (receiver first, shared) by reference then the attempt, and runs the body
+    // on the claimed call
+    #[test]
+    fn reconcile_protocol() {
+        let output = expanded(
+            quote!(skip(at), reconcile = Self::check),
+            quote!(
+                async fn f(
+                    &mut self,
+                    ctx: &CallContext,
+                    (x, y): (u8, u8),
+                    at: u64,
+                ) -> Result<u8, E> {
+                    Ok(x + y)
+                }
+            ),
+        );
+        let order = [
+            ":: idem :: prepare",
+            ":: idem :: __private :: begin :: < Result < u8 , E > > (__idem_prepared) . await",
+            ":: idem :: __private :: Begun :: Done (__idem_outcome) => return __idem_outcome",
+            "if __idem_call . needs_reconcile ()",
+            "let __idem_attempt = __idem_call . attempt () ;",
+            "let __idem_verdict = Self :: check (& * self , & ctx , & arg1 , & at , & __idem_attempt) ;",
+            ":: idem :: __private :: settle :: < Result < u8 , E > , _ > (__idem_call , __idem_verdict) . await",
+            "else { __idem_call }",
+            ":: idem :: __private :: run_claimed :: < Result < u8 , E > , _ > (__idem_call , async move",
+        ];
+        let mut from = 0;
+        for part in order {
+            let at = output[from..]
+                .find(part)
+                .unwrap_or_else(|| panic!("`{part}` missing, or out of order, in {output}"));
+            from += at + part.len();
+        }
+
+        let output = expanded(
+            quote!(reconcile = check),
+            quote!(
+                fn f(self, order: &str) -> Result<u8, E> {
+                    Ok(1)
+                }
+            ),
+        );
+        for part in [
+            ":: idem :: __private :: begin_blocking :: < Result < u8 , E > > (__idem_prepared) {",
+            "check (& self , & order , & __idem_attempt)",
+            ":: idem :: __private :: settle_blocking :: < Result < u8 , E > , _ > (__idem_call , __idem_verdict) {",
+            ":: idem :: __private :: run_claimed_blocking :: < Result < u8 , E > , _ > (__idem_call , move || -> Result < u8 , E >",
+        ] {
+            assert!(output.contains(part), "`{part}` missing in {output}");
         }
     }
 }
