@@ -194,6 +194,7 @@ fn status_of(call: &CallReport, conversation: &str, executed: &BTreeSet<String>)
     match call.status() {
         Some(CallStatus::Replayed) => "replayed".to_owned(),
         Some(CallStatus::Executed) => "executed".to_owned(),
+        Some(CallStatus::Reconciled) => "reconciled".to_owned(),
         None => "error: no outcome recorded".to_owned(),
     }
 }

@@ -8,7 +8,8 @@ use idem::dispatch::{parse_turns, Conversation, Dispatcher, Tool};
 use idem::envelope::Envelope;
 use idem::key::IdempotencyKey;
 use idem::store::{
-    ChangeSignal, Claim, ClaimRequest, Completion, OwnerToken, Record, StoreFuture, TakeoverRequest,
+    ChangeSignal, Claim, ClaimRequest, Completion, MarkUnknownRequest, OwnerToken, Record, RenewRequest,
+    StoreFuture, TakeoverRequest,
 };
 use idem::testkit::{EffectLog, ManualClock};
 use idem::{idempotent, CallContext, Engine, MemoryStore, Store, Timestamp, ToolError};
@@ -176,8 +177,11 @@ impl Store for Counting {
     ) -> StoreFuture<'a, Option<Record>> {
         self.inner.read(key, now)
     }
-    fn release_on_drop(&self, key: &IdempotencyKey, owner: OwnerToken) {
-        self.inner.release_on_drop(key, owner)
+    fn renew<'a>(&'a self, req: RenewRequest<'a>) -> StoreFuture<'a, bool> {
+        self.inner.renew(req)
+    }
+    fn mark_unknown<'a>(&'a self, req: MarkUnknownRequest<'a>) -> StoreFuture<'a, bool> {
+        self.inner.mark_unknown(req)
     }
     fn watch(&self, key: &IdempotencyKey) -> Option<ChangeSignal> {
         self.inner.watch(key)

@@ -234,6 +234,7 @@ fn spec(options: &Options, tool_name: &str) -> TokenStream {
             on_cancel: #on_cancel,
             reconcile: #reconcile,
             store: #store,
+            ..::idem::ToolSpec::new(#tool_name)
         };
     }
 }

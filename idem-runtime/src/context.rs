@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
+use crate::attempt::AttemptInfo;
 use crate::engine::Engine;
 use crate::key::{Fingerprint, IdempotencyKey};
 use crate::outcome::CallRecord;
@@ -45,7 +46,7 @@ struct Inner {
     tool_call_id: Option<Arc<str>>,
     scopes: Vec<(Arc<str>, Arc<str>)>,
     attempt: Option<AttemptSlot>,
-    key: Option<IdempotencyKey>,
+    running: Option<AttemptInfo>,
     last_outcome: Arc<Mutex<Option<CallRecord>>>,
 }
 
@@ -55,7 +56,7 @@ impl std::fmt::Debug for CallContext {
             .field("conversation_id", &self.inner.conversation_id)
             .field("tool_call_id", &self.inner.tool_call_id)
             .field("scopes", &self.inner.scopes)
-            .field("key", &self.inner.key)
+            .field("key", &self.key())
             .finish_non_exhaustive()
     }
 }
@@ -129,11 +130,12 @@ impl CallContext {
         self.edit(|inner| inner.attempt = Some(slot))
     }
 
-    /// A copy that marks the body of the call keyed by `key` (K10), with its own outcome
-    /// slot so calls nested in the body do not overwrite the caller's.
-    pub(crate) fn for_body(&self, key: IdempotencyKey) -> Self {
+    /// A copy that marks the body (or reconcile function) of the call whose attempt is
+    /// `attempt` (K10, F1), with its own outcome slot so calls nested in the body do not
+    /// overwrite the caller's.
+    pub(crate) fn for_body(&self, attempt: AttemptInfo) -> Self {
         self.clone().edit(|inner| {
-            inner.key = Some(key);
+            inner.running = Some(attempt);
             inner.attempt = None;
         })
     }
@@ -177,7 +179,13 @@ impl CallContext {
 
     /// Inside an `#[idempotent]` body: the key of the running call (K10).
     pub fn key(&self) -> Option<&IdempotencyKey> {
-        self.inner.key.as_ref()
+        self.inner.running.as_ref().map(AttemptInfo::key)
+    }
+
+    /// Inside an `#[idempotent]` body (or reconcile function): the running attempt — key,
+    /// fencing token, the run it took over, the fenced signal (F1, L2, U2).
+    pub fn attempt_info(&self) -> Option<&AttemptInfo> {
+        self.inner.running.as_ref()
     }
 
     /// What the last `#[idempotent]` call made directly under this context did (S12):
@@ -332,6 +340,7 @@ mod tests {
             expires_at: Timestamp::EPOCH,
             recorded: true,
             takeover: false,
+            fence: 1,
         }
     }
 

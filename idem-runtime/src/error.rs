@@ -56,6 +56,32 @@ pub enum Error {
         key: String,
         /// How long this call waited, in milliseconds of the engine's clock.
         waited_ms: u64,
+        /// When to try again, in milliseconds from now (engine clock): the owner's next
+        /// renewal (one heartbeat of this tool) or its lease deadline, whichever is sooner;
+        /// at least 1. The dispatcher does not retry sooner (D3).
+        retry_after_ms: u64,
+    },
+
+    /// Whether the effect of the key's last run happened is unknown (U1, U2): that run was
+    /// cancelled or panicked after it began, ended with an outcome-unknown error, or was
+    /// taken over after its lease lapsed and the reconcile function could not tell. The
+    /// body does not run. Not retried by the dispatcher: the model is told the outcome is
+    /// unknown. For a tool with a reconcile function the next call reconciles again; for
+    /// others the key is held until `retry_after_ms` has passed, after which the next call
+    /// runs the body again with the same key (at least once from then on).
+    #[error("{}", outcome_unknown_message(tool, key, *since, *retry_after_ms))]
+    OutcomeUnknown {
+        /// The tool's name.
+        tool: String,
+        /// The idempotency key (lowercase hex).
+        key: String,
+        /// Since when the outcome has been unknown: the claim time of the run whose
+        /// outcome is unknown (engine clock, ms since the epoch).
+        since: crate::clock::Timestamp,
+        /// For a tool without a reconcile function: in how many milliseconds (engine clock)
+        /// the held claim lapses and a call may run the body again. `None`: a reconcile
+        /// function decides on the next call.
+        retry_after_ms: Option<u64>,
     },
 
     /// The key or fingerprint arguments cannot be written as canonical JSON (K2, K3):
@@ -91,6 +117,19 @@ pub enum Error {
         /// The decoder's message.
         reason: String,
     },
+}
+
+fn outcome_unknown_message(
+    tool: &str,
+    key: &str,
+    since: crate::clock::Timestamp,
+    retry_after_ms: Option<u64>,
+) -> String {
+    let next = match retry_after_ms {
+        Some(ms) => format!("the key is held for {ms} ms more; after that a call runs the tool again with the same key"),
+        None => "the next call asks the tool's reconcile function again".to_owned(),
+    };
+    format!("the outcome of idempotency key {key} of tool `{tool}` is unknown since {since}: a run began and ended without an outcome (cancelled, crashed, or timed out downstream), so the effect may or may not have happened; {next}")
 }
 
 impl Error {

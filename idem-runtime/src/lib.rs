@@ -10,25 +10,30 @@
 #![forbid(unsafe_code)]
 
 pub mod args;
+pub mod attempt;
 pub mod call;
 pub mod canonical;
 pub mod clock;
 pub mod context;
+mod detach;
 pub mod dispatch;
 pub mod engine;
 pub mod envelope;
 pub mod error;
+mod heartbeat;
 pub mod key;
 #[doc(hidden)]
 pub mod macro_support;
 pub mod outcome;
+pub mod reconcile;
 pub mod scope;
 pub mod spec;
 pub mod store;
 pub mod testkit;
 
 pub use args::ArgsBuilder;
-pub use call::{prepare, PreparedCall};
+pub use attempt::{current_attempt, AttemptInfo, PreviousRun, UnknownCause};
+pub use call::{prepare, ClaimedCall, PreparedCall};
 pub use canonical::{CanonicalError, CanonicalJson};
 pub use clock::{Clock, SystemClock, Timestamp};
 pub use context::{current_key, AttemptRecord, CallContext, DerivedKey};
@@ -37,8 +42,9 @@ pub use envelope::Envelope;
 pub use error::Error;
 pub use key::{Fingerprint, IdempotencyKey, KEY_FORMAT_VERSION};
 pub use outcome::{CallRecord, CallStatus, IdempotentError, ToolError, ToolOutput};
+pub use reconcile::{ReconcileVerdict, Reconciled};
 pub use scope::Scope;
-pub use spec::ToolSpec;
+pub use spec::{OnCancel, ToolSpec};
 #[cfg(feature = "memory")]
 pub use store::MemoryStore;
 #[cfg(feature = "postgres")]

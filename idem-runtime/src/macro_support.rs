@@ -12,7 +12,8 @@ use serde::de::{DeserializeOwned, Error as _};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
-use crate::call::PreparedCall;
+use crate::call::{ClaimedCall, PreparedCall};
+use crate::reconcile::ReconcileVerdict;
 use crate::context::CallContext;
 use crate::dispatch::Tool;
 use crate::error::Error;
@@ -141,6 +142,92 @@ where
         Err(error) => R::from_result(Err(R::Err::from(error))),
         Ok(call) => R::from_result(call.run_blocking(move || body().into_result())),
     }
+}
+
+/// How far [`begin`] or [`settle`] got: the tool's answer, or a claim to go on with.
+pub enum Begun<R> {
+    /// The call is answered (a replay, a reconciled outcome, a layer error).
+    Done(R),
+    /// The call holds the claim: reconcile if needed, then run the body.
+    Claimed(ClaimedCall),
+}
+
+fn begun<R: ToolResult>(claimed: Result<ClaimedCall, Result<R::Ok, R::Err>>) -> Begun<R> {
+    match claimed {
+        Ok(call) => Begun::Claimed(call),
+        Err(outcome) => Begun::Done(R::from_result(outcome)),
+    }
+}
+
+/// For a tool with a reconcile function: claims the key ([`PreparedCall::claim`]); a
+/// failed `prepare` becomes the tool's error without running anything.
+pub async fn begin<R>(prepared: Result<PreparedCall, Error>) -> Begun<R>
+where
+    R: ToolResult,
+    R::Ok: SavedOk + ReplayedOk,
+    R::Err: SavedErr,
+{
+    match prepared {
+        Err(error) => Begun::Done(R::from_result(Err(R::Err::from(error)))),
+        Ok(call) => begun::<R>(call.claim().await),
+    }
+}
+
+/// [`begin`] for a sync tool ([`PreparedCall::claim_blocking`]).
+pub fn begin_blocking<R>(prepared: Result<PreparedCall, Error>) -> Begun<R>
+where
+    R: ToolResult,
+    R::Ok: SavedOk + ReplayedOk,
+    R::Err: SavedErr,
+{
+    match prepared {
+        Err(error) => Begun::Done(R::from_result(Err(R::Err::from(error)))),
+        Ok(call) => begun::<R>(call.claim_blocking()),
+    }
+}
+
+/// Acts on a reconcile function's answer ([`ClaimedCall::settle`]).
+pub async fn settle<R, V>(call: ClaimedCall, verdict: V) -> Begun<R>
+where
+    R: ToolResult,
+    R::Ok: SavedOk + ReplayedOk,
+    R::Err: SavedErr,
+    V: ReconcileVerdict<R::Ok, R::Err>,
+{
+    begun::<R>(call.settle(verdict).await)
+}
+
+/// [`settle`] for a sync tool ([`ClaimedCall::settle_blocking`]).
+pub fn settle_blocking<R, V>(call: ClaimedCall, verdict: V) -> Begun<R>
+where
+    R: ToolResult,
+    R::Ok: SavedOk + ReplayedOk,
+    R::Err: SavedErr,
+    V: ReconcileVerdict<R::Ok, R::Err>,
+{
+    begun::<R>(call.settle_blocking(verdict))
+}
+
+/// Runs the body of a claimed call ([`ClaimedCall::run`]).
+pub async fn run_claimed<R, Fut>(call: ClaimedCall, body: Fut) -> R
+where
+    R: ToolResult,
+    R::Ok: SavedOk + ReplayedOk,
+    R::Err: SavedErr,
+    Fut: Future<Output = R>,
+{
+    R::from_result(call.run(async move { body.await.into_result() }).await)
+}
+
+/// [`run_claimed`] for a sync tool ([`ClaimedCall::run_blocking`]).
+pub fn run_claimed_blocking<R, F>(call: ClaimedCall, body: F) -> R
+where
+    R: ToolResult,
+    R::Ok: SavedOk + ReplayedOk,
+    R::Err: SavedErr,
+    F: FnOnce() -> R,
+{
+    R::from_result(call.run_blocking(move || body().into_result()))
 }
 
 /// The dispatch companion of an async tool: [`Tool::from_async`] over a closure that

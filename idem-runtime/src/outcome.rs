@@ -16,6 +16,10 @@ pub enum CallStatus {
     /// This call found a saved outcome and returned it without running the body
     /// (Stripe's `Idempotent-Replayed: true`).
     Replayed,
+    /// This call took over a run whose outcome was unknown, and the tool's reconcile
+    /// function found that the effect had happened: its outcome was saved and returned
+    /// without running the body (U3).
+    Reconciled,
 }
 
 /// What one `#[idempotent]` call did, observable without changing the tool's return type
@@ -37,8 +41,11 @@ pub struct CallRecord {
     /// or a takeover fenced this owner out (S10); the record then stays in progress until
     /// its lease lapses. Always `true` for a replay.
     pub recorded: bool,
-    /// Whether this execution took over a claim whose lease had lapsed (S6).
+    /// Whether this execution took over a claim whose outcome was unknown: its lease had
+    /// lapsed, or its owner gave up (S6, U2).
     pub takeover: bool,
+    /// The fencing token of the execution that produced (or is producing) the outcome (F1).
+    pub fence: u64,
 }
 
 /// The error type of an `#[idempotent]` tool: saved and replayed like a value (S4),
@@ -93,6 +100,18 @@ pub trait IdempotentError: Serialize + DeserializeOwned + From<Error> {
     fn is_retryable(&self) -> bool {
         self.idem_error().is_some_and(Error::is_transient)
     }
+
+    /// `true` when whether the effect happened is unknown (the downstream API timed out
+    /// after the request was sent): unlike a retryable error, the claim is not released.
+    /// The key is marked outcome unknown (U1): a tool with a reconcile function reconciles
+    /// on the next call; other tools' calls get
+    /// [`Error::OutcomeUnknown`] until the claim's lease lapses, then run the body again.
+    /// The caller gets this error back; it is not saved. Checked after
+    /// [`idem_error`](Self::idem_error) and before [`is_retryable`](Self::is_retryable).
+    /// Default: `false`.
+    fn is_outcome_unknown(&self) -> bool {
+        false
+    }
 }
 
 /// A ready-made tool error type.
@@ -114,9 +133,13 @@ pub enum ToolError {
     /// The tool failed for good; saved and replayed to every retry.
     #[error("{0}")]
     Failed(String),
-    /// The effect did not happen or its outcome is unknown; not saved, run again.
+    /// The effect did not happen; not saved, run again.
     #[error("retryable: {0}")]
     Retryable(String),
+    /// Whether the effect happened is unknown (the downstream call timed out after it was
+    /// sent); not saved, the key is marked outcome unknown (U1).
+    #[error("outcome unknown: {0}")]
+    OutcomeUnknown(String),
 }
 
 impl ToolError {
@@ -125,9 +148,15 @@ impl ToolError {
         ToolError::Failed(message.into())
     }
 
-    /// A failure after which the effect did not happen (or is unknown): not saved.
+    /// A failure after which the effect did not happen: not saved, run again.
     pub fn retryable(message: impl Into<String>) -> Self {
         ToolError::Retryable(message.into())
+    }
+
+    /// A failure after which whether the effect happened is unknown: not saved; the key is
+    /// marked outcome unknown (U1).
+    pub fn outcome_unknown(message: impl Into<String>) -> Self {
+        ToolError::OutcomeUnknown(message.into())
     }
 }
 
@@ -142,9 +171,13 @@ impl IdempotentError for ToolError {
     fn is_retryable(&self) -> bool {
         match self {
             ToolError::Idem(e) => e.is_transient(),
-            ToolError::Failed(_) => false,
+            ToolError::Failed(_) | ToolError::OutcomeUnknown(_) => false,
             ToolError::Retryable(_) => true,
         }
+    }
+
+    fn is_outcome_unknown(&self) -> bool {
+        matches!(self, ToolError::OutcomeUnknown(_))
     }
 }
 

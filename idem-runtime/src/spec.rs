@@ -22,6 +22,17 @@ pub struct ToolSpec {
     /// How long a concurrent duplicate waits for the owner's outcome before it gets
     /// [`Error::InProgress`](crate::Error::InProgress) (S5). Default 5 s.
     pub wait: Duration,
+    /// How often the owner of a claim renews its lease while the body runs (L1): `None`
+    /// (the default) means a third of [`lease`](Self::lease). Shorter than the lease, or the
+    /// lease lapses between two renewals. See [`effective_heartbeat`](Self::effective_heartbeat).
+    pub heartbeat: Option<Duration>,
+    /// What a body that began and then was cancelled (its future dropped) or panicked leaves
+    /// behind (U4). Default [`OnCancel::Hold`].
+    pub on_cancel: OnCancel,
+    /// Whether the tool declares a reconcile function (`#[idempotent(reconcile = f)]`, U3):
+    /// then a call that finds the key's outcome unknown takes it over at once and asks the
+    /// reconcile function before running the body. Set by the attribute; default `false`.
+    pub reconcile: bool,
     /// The tool's own store, as a [store locator](crate::store::locator)
     /// (`#[idempotent(store = "sqlite:agent.db")]`); `None` (the default): the engine of
     /// the call context, else the process default. See [`crate::engine`] for the order.
@@ -36,7 +47,8 @@ impl ToolSpec {
     /// Default wait for a concurrent duplicate: 5 seconds.
     pub const DEFAULT_WAIT: Duration = Duration::from_secs(5);
 
-    /// A spec with the defaults: conversation scope, 24 h TTL, 60 s lease, 5 s wait.
+    /// A spec with the defaults: conversation scope, 24 h TTL, 60 s lease, 5 s wait, a
+    /// heartbeat of a third of the lease, cancellation holds the key, no reconcile function.
     pub const fn new(name: &'static str) -> Self {
         ToolSpec {
             name,
@@ -44,7 +56,41 @@ impl ToolSpec {
             ttl: Self::DEFAULT_TTL,
             lease: Self::DEFAULT_LEASE,
             wait: Self::DEFAULT_WAIT,
+            heartbeat: None,
+            on_cancel: OnCancel::Hold,
+            reconcile: false,
             store: None,
         }
     }
+
+    /// The renewal period in force (L1): [`heartbeat`](Self::heartbeat), else a third of
+    /// the lease; at least one millisecond. `None` when the lease is zero (already lapsed:
+    /// there is nothing to renew).
+    pub fn effective_heartbeat(&self) -> Option<Duration> {
+        if self.lease.is_zero() {
+            return None;
+        }
+        let every = self.heartbeat.unwrap_or(self.lease / 3);
+        Some(every.max(Duration::from_millis(1)))
+    }
+}
+
+/// What a body that began and then was cancelled or panicked leaves behind (U4).
+///
+/// Once a body has begun, its effect may have happened, so by default a retry must not
+/// run it blind: the claim is [held](OnCancel::Hold) as outcome unknown. A body dropped
+/// before it began (while its call still waited for the claim) always releases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnCancel {
+    /// At most once (the default): the key is marked outcome unknown. A tool with a
+    /// reconcile function reconciles on the next call; any other tool's calls get
+    /// [`Error::OutcomeUnknown`](crate::Error::OutcomeUnknown) until the claim's lease
+    /// lapses, and then run the body again with the same key.
+    #[default]
+    Hold,
+    /// At least once (`#[idempotent(on_cancel = "release")]`): the claim is released at
+    /// once and the next call runs the body again with the same key, as after a retryable
+    /// error. For effects that are harmless to repeat or that the downstream API
+    /// deduplicates by the forwarded key.
+    Release,
 }

@@ -255,7 +255,7 @@ async fn storm(handles: Vec<Arc<dyn Store>>, keys: u16, workers: usize, rounds: 
                         .await
                         .expect("claim");
                     let mine = match claim {
-                        Claim::Acquired => true,
+                        Claim::Acquired { .. } => true,
                         Claim::Existing(record) => match record.state {
                             idem_runtime::store::RecordState::InProgress {
                                 owner: seen,
@@ -269,10 +269,12 @@ async fn storm(handles: Vec<Arc<dyn Store>>, keys: u16, workers: usize, rounds: 
                                     now,
                                     lease_until: now,
                                     expires_at: at(86_400_000),
+                                    fence: 2,
                                 })
                                 .await
                                 .expect("take over"),
-                            idem_runtime::store::RecordState::Completed { .. } => false,
+                            idem_runtime::store::RecordState::Completed { .. }
+                            | idem_runtime::store::RecordState::OutcomeUnknown { .. } => false,
                         },
                     };
                     if !mine {
@@ -377,7 +379,7 @@ where
         })
         .await
         .unwrap();
-    assert_eq!(claim, Claim::Acquired);
+    assert!(matches!(claim, Claim::Acquired { .. }));
     corrupt(key).await;
     let runs = Arc::new(AtomicUsize::new(0));
     let call = {
@@ -469,6 +471,18 @@ impl Store for RefusingTakeovers {
         now: Timestamp,
     ) -> idem_runtime::store::StoreFuture<'a, Option<idem_runtime::store::Record>> {
         self.inner.read(key, now)
+    }
+    fn renew<'a>(
+        &'a self,
+        req: idem_runtime::store::RenewRequest<'a>,
+    ) -> idem_runtime::store::StoreFuture<'a, bool> {
+        self.inner.renew(req)
+    }
+    fn mark_unknown<'a>(
+        &'a self,
+        req: idem_runtime::store::MarkUnknownRequest<'a>,
+    ) -> idem_runtime::store::StoreFuture<'a, bool> {
+        self.inner.mark_unknown(req)
     }
     fn backend(&self) -> &'static str {
         "refusing"
@@ -1195,7 +1209,7 @@ async fn big_envelopes(store: Arc<dyn Store>) {
             })
             .await
             .unwrap();
-        assert_eq!(claim, Claim::Acquired);
+        assert!(matches!(claim, Claim::Acquired { .. }));
         let envelope = Envelope::from_stored(text.clone());
         assert_eq!(
             store.complete(&key, owner, &envelope, at(1)).await.unwrap(),
@@ -1387,7 +1401,7 @@ async fn fast_clock_collects(store: Arc<dyn Store>, claims: u16) -> bool {
             })
             .await
             .unwrap();
-        assert_eq!(claim, Claim::Acquired);
+        assert!(matches!(claim, Claim::Acquired { .. }));
     }
     clock_p.advance(Duration::from_secs(60));
     assert_eq!(support::refund(spec, &ctx_p, &log, 1).await, Ok(100));
@@ -1467,7 +1481,7 @@ async fn churn(handles: Vec<Arc<dyn Store>>, workers: usize, rounds: usize) -> V
                     })
                     .await;
                 match claim {
-                    Ok(Claim::Acquired) => {
+                    Ok(Claim::Acquired { .. }) => {
                         if let Err(e) = store.release(&key, owner).await {
                             errors.lock().unwrap().push(e.to_string());
                         }
@@ -1682,7 +1696,7 @@ async fn fast_clock_gc_postgres() {
         })
         .await
         .unwrap();
-    assert_eq!(claim, Claim::Acquired);
+    assert!(matches!(claim, Claim::Acquired { .. }));
     let envelope = Envelope::from_stored(r#"{"ok":1,"version":1}"#);
     assert_eq!(
         store.complete(&key, owner, &envelope, p_now).await.unwrap(),

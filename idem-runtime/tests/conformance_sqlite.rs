@@ -1,6 +1,8 @@
 //! The store conformance suite (contract S1–S11) on the SQLite store, each test on a fresh
 //! file in its own temporary directory; then what only a file can show: two stores on one
-//! file, reopening, the schema version, typed open errors.
+//! file, reopening, the schema version and the migration of a version-1 file, typed open
+//! errors; and the SQLite store's fencing tokens (F1), renewal (L1), outcome-unknown
+//! records (U1) and garbage collection judged by this machine's clock (G1).
 
 #![cfg(feature = "sqlite")]
 
@@ -11,9 +13,17 @@ mod conformance;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 
+use idem_runtime::envelope::Envelope;
+use idem_runtime::key::{Fingerprint, IdempotencyKey};
 use idem_runtime::store::sqlite::SQLITE_SCHEMA_VERSION;
-use idem_runtime::store::RecordState;
-use idem_runtime::{prepare, SqliteOpenError, SqliteStore, Store, StoreErrorKind, ToolError};
+use idem_runtime::store::{
+    Claim, ClaimRequest, Completion, MarkUnknownRequest, OwnerToken, Record, RecordState,
+    RenewRequest, TakeoverRequest,
+};
+use idem_runtime::{
+    prepare, Clock, SqliteOpenError, SqliteStore, Store, StoreErrorKind, SystemClock, Timestamp,
+    ToolError,
+};
 use support::{default_spec, refund, Harness, TestStore};
 
 /// A fresh store in `idem.sqlite3` of a new temporary directory, kept alive with it.
@@ -290,4 +300,695 @@ fn opening_waits_for_a_lock_held_by_another_connection() {
         )
         .unwrap();
     assert_eq!(version, SQLITE_SCHEMA_VERSION);
+}
+
+// ---------------------------------------------------------------------------------------
+// Fencing tokens, renewal, outcome-unknown records, garbage collection, migration: the
+// store's methods called directly, with explicit instants.
+
+/// 2025-01-01T00:00:00Z, ms: the instant the store-level tests below start at.
+const T0: u64 = 1_735_689_600_000;
+
+fn at(ms: u64) -> Timestamp {
+    Timestamp::from_millis(T0 + ms)
+}
+
+fn key(n: u64) -> IdempotencyKey {
+    IdempotencyKey::from_hex(&format!("{n:064x}")).expect("64 hex digits")
+}
+
+fn fp() -> Fingerprint {
+    Fingerprint::from_hex(&"5a".repeat(32)).expect("64 hex digits")
+}
+
+/// A store on `name` in `dir`.
+fn open_in(dir: &tempfile::TempDir, name: &str) -> SqliteStore {
+    SqliteStore::open(dir.path().join(name)).expect("open the store")
+}
+
+async fn claim(
+    store: &SqliteStore,
+    key: &IdempotencyKey,
+    owner: OwnerToken,
+    now: Timestamp,
+    lease_until: Timestamp,
+    expires_at: Timestamp,
+) -> Claim {
+    let fingerprint = fp();
+    store
+        .claim(ClaimRequest {
+            key,
+            fingerprint: &fingerprint,
+            owner,
+            now,
+            lease_until,
+            expires_at,
+        })
+        .await
+        .expect("claim")
+}
+
+async fn read(store: &SqliteStore, key: &IdempotencyKey, now: Timestamp) -> Record {
+    store
+        .read(key, now)
+        .await
+        .expect("read")
+        .expect("a live record")
+}
+
+/// Takes `key` over from `seen` (as read at `now`) for `owner`, with `fence`.
+async fn take_over(
+    store: &SqliteStore,
+    key: &IdempotencyKey,
+    seen: &Record,
+    owner: OwnerToken,
+    now: Timestamp,
+    fence: u64,
+) -> bool {
+    let (seen_owner, seen_lease_until) = match seen.state {
+        RecordState::InProgress { owner, lease_until }
+        | RecordState::OutcomeUnknown {
+            owner, lease_until, ..
+        } => (owner, lease_until),
+        RecordState::Completed { .. } => panic!("a completed record has no owner"),
+    };
+    store
+        .take_over(TakeoverRequest {
+            key,
+            seen_owner,
+            seen_lease_until,
+            owner,
+            now,
+            lease_until: Timestamp::from_millis(now.as_millis() + 100),
+            expires_at: Timestamp::from_millis(now.as_millis() + 1_000),
+            fence,
+        })
+        .await
+        .expect("take over")
+}
+
+async fn renew(
+    store: &SqliteStore,
+    key: &IdempotencyKey,
+    owner: OwnerToken,
+    now: Timestamp,
+    lease_until: Timestamp,
+) -> bool {
+    store
+        .renew(RenewRequest {
+            key,
+            owner,
+            now,
+            lease_until,
+        })
+        .await
+        .expect("renew")
+}
+
+async fn mark_unknown(
+    store: &SqliteStore,
+    key: &IdempotencyKey,
+    owner: OwnerToken,
+    now: Timestamp,
+    since: Timestamp,
+) -> bool {
+    store
+        .mark_unknown(MarkUnknownRequest {
+            key,
+            owner,
+            now,
+            since,
+        })
+        .await
+        .expect("mark unknown")
+}
+
+fn outcome() -> Envelope {
+    Envelope::from_stored(r#"{"version":1,"ok":"refunded"}"#)
+}
+
+fn round_trips(store: &SqliteStore) -> u64 {
+    store.round_trips().expect("the SQLite store counts")
+}
+
+// pins F1: the fence strictly increases claim → takeover → takeover, and across a claim of the
+// expired record (also from another store on the file, as from another process); a key the
+// store does not hold starts at 1
+#[tokio::test]
+async fn fences_strictly_increase_over_claims_and_takeovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_in(&dir, "fence.sqlite3");
+    let k = key(1);
+    let (a, b, c) = (
+        OwnerToken::random(),
+        OwnerToken::random(),
+        OwnerToken::random(),
+    );
+    let first = claim(&store, &k, a, at(0), at(100), at(1_000)).await;
+    assert_eq!(first, Claim::Acquired { fence: 1 });
+    let seen = read(&store, &k, at(100)).await;
+    assert_eq!(seen.fence, 1);
+    assert!(take_over(&store, &k, &seen, b, at(100), seen.fence + 1).await);
+    let seen = read(&store, &k, at(200)).await;
+    assert_eq!(
+        (seen.fence, &seen.state),
+        (
+            2,
+            &RecordState::InProgress {
+                owner: b,
+                lease_until: at(200)
+            }
+        )
+    );
+    assert!(take_over(&store, &k, &seen, c, at(200), seen.fence + 1).await);
+    let taken = read(&store, &k, at(200)).await;
+    assert_eq!(taken.fence, 3);
+    assert!(
+        !take_over(&store, &k, &seen, a, at(300), seen.fence + 1).await,
+        "a stale takeover changes nothing"
+    );
+    assert_eq!(read(&store, &k, at(300)).await, taken);
+    assert_eq!(
+        store.complete(&k, c, &outcome(), at(300)).await,
+        Ok(Completion::Saved)
+    );
+    assert_eq!(
+        read(&store, &k, at(300)).await.fence,
+        3,
+        "kept on completion"
+    );
+    // Expired at 1 200 (taken over at 200 with a ttl of 1 000): the row is still held, so
+    // the next claim continues its fences.
+    let other_process = open_in(&dir, "fence.sqlite3");
+    let again = claim(&other_process, &k, a, at(1_200), at(1_300), at(2_200)).await;
+    assert_eq!(again, Claim::Acquired { fence: 4 });
+    assert_eq!(read(&store, &k, at(1_200)).await.fence, 4);
+    let seen = read(&store, &k, at(1_300)).await;
+    assert!(take_over(&other_process, &k, &seen, b, at(1_300), 5).await);
+    drop((store, other_process));
+    let reopened = open_in(&dir, "fence.sqlite3");
+    assert_eq!(
+        read(&reopened, &k, at(1_300)).await.fence,
+        5,
+        "kept in the file"
+    );
+    let fresh = claim(&reopened, &key(2), a, at(0), at(100), at(1_000)).await;
+    assert_eq!(fresh, Claim::Acquired { fence: 1 });
+}
+
+// pins L1: the owner renews its live claim (one round trip); a stranger, a taken-over owner,
+// the owner of a completed, outcome-unknown, expired or absent record does not, and nothing
+// changes
+#[tokio::test]
+async fn only_the_owner_of_a_live_claim_in_progress_renews_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_in(&dir, "renew.sqlite3");
+    let k = key(1);
+    let (a, b, stranger) = (
+        OwnerToken::random(),
+        OwnerToken::random(),
+        OwnerToken::random(),
+    );
+    claim(&store, &k, a, at(0), at(100), at(1_000)).await;
+    let before = round_trips(&store);
+    assert!(renew(&store, &k, a, at(50), at(150)).await);
+    assert_eq!(round_trips(&store), before + 1, "one round trip");
+    let renewed = read(&store, &k, at(50)).await;
+    assert_eq!(
+        renewed.state,
+        RecordState::InProgress {
+            owner: a,
+            lease_until: at(150)
+        }
+    );
+    assert!(!renew(&store, &k, stranger, at(60), at(900)).await);
+    assert_eq!(read(&store, &k, at(60)).await, renewed);
+
+    // Taken over once the renewed lease lapsed: the old owner's heartbeat fails.
+    assert!(take_over(&store, &k, &renewed, b, at(150), 2).await);
+    let taken = read(&store, &k, at(150)).await;
+    assert!(!renew(&store, &k, a, at(160), at(900)).await);
+    assert_eq!(read(&store, &k, at(160)).await, taken);
+    assert!(renew(&store, &k, b, at(160), at(260)).await);
+
+    // Outcome unknown: nobody renews the lease.
+    assert!(mark_unknown(&store, &k, b, at(170), at(150)).await);
+    let unknown = read(&store, &k, at(170)).await;
+    assert!(!renew(&store, &k, b, at(180), at(900)).await);
+    assert_eq!(read(&store, &k, at(180)).await, unknown);
+
+    // Completed.
+    let done = key(2);
+    claim(&store, &done, a, at(0), at(100), at(1_000)).await;
+    assert_eq!(
+        store.complete(&done, a, &outcome(), at(10)).await,
+        Ok(Completion::Saved)
+    );
+    let completed = read(&store, &done, at(20)).await;
+    assert!(!renew(&store, &done, a, at(20), at(900)).await);
+    assert_eq!(read(&store, &done, at(20)).await, completed);
+
+    // Expired (by the renewing caller's now), released, never claimed.
+    let lapsed = key(3);
+    claim(&store, &lapsed, a, at(0), at(2_000), at(1_000)).await;
+    assert!(!renew(&store, &lapsed, a, at(1_000), at(3_000)).await);
+    assert_eq!(
+        store.read(&lapsed, at(999)).await.unwrap().unwrap().state,
+        RecordState::InProgress {
+            owner: a,
+            lease_until: at(2_000)
+        }
+    );
+    assert!(store.release(&lapsed, a).await.unwrap());
+    assert!(!renew(&store, &lapsed, a, at(10), at(20)).await);
+    assert!(!renew(&store, &key(4), a, at(10), at(20)).await);
+    assert_eq!(store.read(&key(4), at(10)).await, Ok(None));
+}
+
+// pins U1: mark_unknown is a compare-and-set on the owner of a claim in progress (one round
+// trip) that keeps owner, lease and fence; the unknown record is neither completed nor
+// released, is returned to claims, and is taken over with the seen owner and lease
+#[tokio::test]
+async fn an_unknown_outcome_is_kept_until_taken_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_in(&dir, "unknown.sqlite3");
+    let k = key(1);
+    let (a, b, stranger) = (
+        OwnerToken::random(),
+        OwnerToken::random(),
+        OwnerToken::random(),
+    );
+    claim(&store, &k, a, at(0), at(100), at(1_000)).await;
+    assert!(!mark_unknown(&store, &k, stranger, at(10), at(0)).await);
+    assert!(matches!(
+        read(&store, &k, at(10)).await.state,
+        RecordState::InProgress { .. }
+    ));
+    let before = round_trips(&store);
+    assert!(mark_unknown(&store, &k, a, at(10), at(0)).await);
+    assert_eq!(round_trips(&store), before + 1, "one round trip");
+    let unknown = read(&store, &k, at(10)).await;
+    assert_eq!(
+        unknown,
+        Record {
+            fingerprint: fp(),
+            created_at: at(0),
+            expires_at: at(1_000),
+            fence: 1,
+            state: RecordState::OutcomeUnknown {
+                owner: a,
+                lease_until: at(100),
+                since: at(0)
+            },
+        }
+    );
+    assert!(
+        !mark_unknown(&store, &k, a, at(20), at(20)).await,
+        "already unknown"
+    );
+    assert_eq!(
+        store.complete(&k, a, &outcome(), at(20)).await,
+        Ok(Completion::Fenced)
+    );
+    assert_eq!(store.release(&k, a).await, Ok(false));
+    assert_eq!(read(&store, &k, at(20)).await, unknown);
+    assert_eq!(
+        claim(&store, &k, b, at(30), at(130), at(1_030)).await,
+        Claim::Existing(unknown.clone())
+    );
+
+    // A takeover must match the seen owner and lease; it need not wait for the lease.
+    let mut wrong_lease = unknown.clone();
+    wrong_lease.state = RecordState::OutcomeUnknown {
+        owner: a,
+        lease_until: at(101),
+        since: at(0),
+    };
+    assert!(!take_over(&store, &k, &wrong_lease, b, at(40), 2).await);
+    assert!(take_over(&store, &k, &unknown, b, at(40), unknown.fence + 1).await);
+    assert_eq!(
+        read(&store, &k, at(40)).await,
+        Record {
+            fingerprint: fp(),
+            created_at: at(40),
+            expires_at: at(1_040),
+            fence: 2,
+            state: RecordState::InProgress {
+                owner: b,
+                lease_until: at(140)
+            },
+        }
+    );
+    assert!(
+        !mark_unknown(&store, &k, a, at(50), at(0)).await,
+        "the old owner"
+    );
+    assert_eq!(
+        store.complete(&k, b, &outcome(), at(50)).await,
+        Ok(Completion::Saved)
+    );
+    assert!(
+        !mark_unknown(&store, &k, b, at(60), at(40)).await,
+        "completed"
+    );
+    assert!(matches!(
+        read(&store, &k, at(60)).await.state,
+        RecordState::Completed { .. }
+    ));
+}
+
+/// Runs a store future to its end outside any runtime (the SQLite store's futures are then
+/// ready at once).
+fn block<T>(future: impl std::future::Future<Output = T>) -> T {
+    pollster::block_on(future)
+}
+
+/// Whether the file at `path` still holds a row for `key`, live or not.
+fn row_exists(path: &std::path::Path, key: &IdempotencyKey) -> bool {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.query_row(
+        "SELECT count(*) FROM idem_records WHERE key = ?1",
+        [key.as_str()],
+        |row| row.get::<_, i64>(0),
+    )
+    .unwrap()
+        == 1
+}
+
+// pins G1: a worker whose clock runs a year ahead claims enough other keys to trigger the
+// store's collection (every 1 024 claims of a store) twice: it deletes a record that expired
+// days ago by both clocks, but neither a correct-clock worker's claim in progress, nor its
+// saved outcomes (one saved before, one between the collections), nor an expired record whose
+// lease this machine still sees running; its collect_garbage deletes none of them either
+#[test]
+fn a_worker_a_year_ahead_deletes_nothing_live() {
+    const HOUR: u64 = 3_600_000;
+    const DAY: u64 = 24 * HOUR;
+    const COLLECT_EVERY: u64 = 1_024;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gc.sqlite3");
+    let honest = SqliteStore::open(&path).unwrap();
+    let ahead = SqliteStore::open(&path).unwrap();
+    let now = SystemClock.now();
+    let plus = |t: Timestamp, ms: u64| Timestamp::from_millis(t.as_millis() + ms);
+    let minus = |t: Timestamp, ms: u64| Timestamp::from_millis(t.as_millis() - ms);
+
+    let (running, saved, late) = (key(1), key(2), key(3));
+    let (garbage, leased) = (key(4), key(5));
+    let owner = OwnerToken::random();
+    for k in [&running, &saved, &late] {
+        let claimed = block(claim(
+            &honest,
+            k,
+            owner,
+            now,
+            plus(now, 60_000),
+            plus(now, DAY),
+        ));
+        assert_eq!(claimed, Claim::Acquired { fence: 1 });
+    }
+    assert_eq!(
+        block(honest.complete(&saved, owner, &outcome(), now)),
+        Ok(Completion::Saved)
+    );
+    // Expired two days ago; lease lapsed then, or (renewed) still running for ten minutes.
+    let long_ago = minus(now, 3 * DAY);
+    for (k, lease_until) in [
+        (&garbage, plus(long_ago, 60_000)),
+        (&leased, plus(now, 600_000)),
+    ] {
+        let claimed = block(claim(
+            &honest,
+            k,
+            owner,
+            long_ago,
+            lease_until,
+            minus(now, 2 * DAY),
+        ));
+        assert_eq!(claimed, Claim::Acquired { fence: 1 });
+    }
+
+    let year_ahead = plus(now, 365 * DAY);
+    let claim_many = |first: u64| {
+        for n in first..first + COLLECT_EVERY {
+            let claimed = block(claim(
+                &ahead,
+                &key(n),
+                OwnerToken::random(),
+                year_ahead,
+                plus(year_ahead, 60_000),
+                plus(year_ahead, DAY),
+            ));
+            assert_eq!(claimed, Claim::Acquired { fence: 1 });
+        }
+    };
+    claim_many(1_000);
+    assert!(!row_exists(&path, &garbage), "the collection ran");
+    let record = block(honest.read(&running, now)).unwrap();
+    assert_eq!(
+        record.map(|r| r.state),
+        Some(RecordState::InProgress {
+            owner,
+            lease_until: plus(now, 60_000)
+        })
+    );
+    assert!(row_exists(&path, &leased), "its lease still runs");
+    assert_eq!(
+        block(honest.complete(&late, owner, &outcome(), now)),
+        Ok(Completion::Saved)
+    );
+
+    claim_many(10_000);
+    assert!(ahead.collect_garbage(year_ahead).is_ok());
+    assert!(row_exists(&path, &leased), "its lease still runs");
+    for k in [&saved, &late] {
+        match block(honest.read(k, now)).unwrap().map(|r| r.state) {
+            Some(RecordState::Completed { outcome: o, .. }) => {
+                assert_eq!(o.as_str(), outcome().as_str())
+            }
+            other => panic!("expected the saved outcome, got {other:?}"),
+        }
+    }
+    assert_eq!(
+        block(honest.complete(&running, owner, &outcome(), now)),
+        Ok(Completion::Saved),
+        "the claim in progress survived"
+    );
+    // A claim of the leased key continues its fence: the store still held the row.
+    let reclaimed = block(claim(
+        &honest,
+        &leased,
+        owner,
+        now,
+        plus(now, 1),
+        plus(now, 2),
+    ));
+    assert_eq!(reclaimed, Claim::Acquired { fence: 2 });
+}
+
+/// The version-1 schema, as the first build created it (written out here, not taken from the
+/// library, so that the test keeps the old format even when the library changes).
+const SCHEMA_V1: &str = "
+CREATE TABLE idem_meta (name TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL);
+CREATE TABLE idem_records (
+    key          TEXT PRIMARY KEY NOT NULL,
+    fingerprint  TEXT NOT NULL,
+    created_at   INTEGER NOT NULL,
+    expires_at   INTEGER NOT NULL,
+    owner        TEXT,
+    lease_until  INTEGER,
+    outcome      TEXT,
+    completed_at INTEGER,
+    CHECK ((owner IS NOT NULL AND lease_until IS NOT NULL
+            AND outcome IS NULL AND completed_at IS NULL)
+        OR (owner IS NULL AND lease_until IS NULL
+            AND outcome IS NOT NULL AND completed_at IS NOT NULL))
+);
+CREATE INDEX idem_records_expires_at ON idem_records (expires_at);
+INSERT INTO idem_meta (name, value) VALUES ('schema_version', 1);
+";
+
+/// A version-1 file at `path` holding a completed record for `completed` (with `fp` and
+/// `outcome`, as a version-1 build saved it) and one in progress for `running`, owned by
+/// `owner`: both live until `T0 + 86 400 000`.
+fn write_version_1_file(
+    path: &std::path::Path,
+    completed: (&IdempotencyKey, &Fingerprint, &str),
+    running: &IdempotencyKey,
+    owner: OwnerToken,
+) {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    conn.execute_batch(SCHEMA_V1).unwrap();
+    let (t0, expires) = (T0 as i64, (T0 + 86_400_000) as i64);
+    conn.execute(
+        "INSERT INTO idem_records (key, fingerprint, created_at, expires_at, outcome, completed_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?3)",
+        rusqlite::params![
+            completed.0.as_str(),
+            completed.1.as_str(),
+            t0,
+            expires,
+            completed.2
+        ],
+    )
+    .unwrap();
+    conn.execute(
+        "INSERT INTO idem_records (key, fingerprint, created_at, expires_at, owner, lease_until)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        rusqlite::params![
+            running.as_str(),
+            fp().as_str(),
+            t0,
+            expires,
+            owner.to_hex(),
+            t0 + 60_000
+        ],
+    )
+    .unwrap();
+}
+
+fn schema_version(path: &std::path::Path) -> i64 {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.query_row(
+        "SELECT value FROM idem_meta WHERE name = 'schema_version'",
+        [],
+        |row| row.get(0),
+    )
+    .unwrap()
+}
+
+// pins S3, F1, U1 (an old store keeps working): a file written by a version-1 build is migrated
+// in place when opened: its records read back with fence 1 and their state, its saved outcome
+// replays through the protocol, its claim in progress completes, and new claims, renewals and
+// mark-unknowns work on it; opening it again changes nothing
+#[tokio::test]
+async fn a_version_1_file_is_migrated_in_place_and_keeps_its_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.sqlite3");
+    // The completed record a version-1 build would have saved for refund(order 1).
+    let h = Harness::on(sqlite_in_memory());
+    let ctx = h.ctx("conv_migrate");
+    assert_eq!(refund(default_spec(), &ctx, &h.log, 1).await, Ok(100));
+    let done = ctx.last_outcome().unwrap().key;
+    let saved = h.store.read(&done, h.now()).await.unwrap().unwrap();
+    let RecordState::Completed {
+        outcome: envelope, ..
+    } = &saved.state
+    else {
+        panic!("expected the saved outcome, got {saved:?}")
+    };
+    let (running, owner) = (key(7), OwnerToken::random());
+    write_version_1_file(
+        &path,
+        (&done, &saved.fingerprint, envelope.as_str()),
+        &running,
+        owner,
+    );
+
+    let store = SqliteStore::open(&path).expect("a version-1 file opens");
+    assert_eq!(SQLITE_SCHEMA_VERSION, 2);
+    assert_eq!(schema_version(&path), SQLITE_SCHEMA_VERSION);
+    assert_eq!(
+        read(&store, &done, at(10)).await,
+        Record {
+            fingerprint: saved.fingerprint.clone(),
+            created_at: at(0),
+            expires_at: at(86_400_000),
+            fence: 1,
+            state: RecordState::Completed {
+                outcome: envelope.clone(),
+                completed_at: at(0)
+            },
+        }
+    );
+    assert_eq!(
+        read(&store, &running, at(10)).await,
+        Record {
+            fingerprint: fp(),
+            created_at: at(0),
+            expires_at: at(86_400_000),
+            fence: 1,
+            state: RecordState::InProgress {
+                owner,
+                lease_until: at(60_000)
+            },
+        }
+    );
+
+    // The old outcome replays through the protocol.
+    let replay = Harness::on(TestStore {
+        store: Arc::new(store.clone()),
+        keep: None,
+    });
+    let ctx = replay.ctx("conv_migrate");
+    let p = prepare(default_spec(), Some(&ctx), |a| {
+        a.key("order", &1u64).map(drop)
+    })
+    .unwrap();
+    assert_eq!(p.key(), &done);
+    let out: Result<u64, ToolError> = p.run(async { panic!("must replay") }).await;
+    assert_eq!(out, Ok(100));
+
+    // The old claim in progress: renewed, completed by its owner.
+    assert!(renew(&store, &running, owner, at(20), at(80_000)).await);
+    assert_eq!(
+        store.complete(&running, owner, &outcome(), at(30)).await,
+        Ok(Completion::Saved)
+    );
+    // New records: claimed, marked unknown, taken over with the next fence.
+    let fresh = key(8);
+    assert_eq!(
+        claim(&store, &fresh, owner, at(40), at(140), at(1_040)).await,
+        Claim::Acquired { fence: 1 }
+    );
+    assert!(mark_unknown(&store, &fresh, owner, at(50), at(40)).await);
+    let unknown = read(&store, &fresh, at(50)).await;
+    assert!(take_over(&store, &fresh, &unknown, OwnerToken::random(), at(60), 2).await);
+    assert_eq!(read(&store, &fresh, at(60)).await.fence, 2);
+    drop(store);
+
+    let again = SqliteStore::open(&path).expect("a migrated file opens again");
+    assert_eq!(schema_version(&path), SQLITE_SCHEMA_VERSION);
+    assert_eq!(read(&again, &fresh, at(60)).await.fence, 2);
+    assert!(matches!(
+        read(&again, &running, at(60)).await.state,
+        RecordState::Completed { .. }
+    ));
+}
+
+// pins S2: stores that open one version-1 file at the same moment (as processes starting
+// together) migrate it once: every open succeeds and the records are intact
+#[test]
+fn stores_opening_a_version_1_file_together_migrate_it_once() {
+    const STORES: usize = 8;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.sqlite3");
+    let (done, running, owner) = (key(1), key(2), OwnerToken::random());
+    write_version_1_file(
+        &path,
+        (&done, &fp(), r#"{"version":1,"ok":1}"#),
+        &running,
+        owner,
+    );
+    let barrier = Arc::new(Barrier::new(STORES));
+    let openers: Vec<_> = (0..STORES)
+        .map(|_| {
+            let (path, barrier) = (path.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                SqliteStore::open(path)
+            })
+        })
+        .collect();
+    for opener in openers {
+        let store = opener.join().unwrap().expect("every store opens the file");
+        let record = block(store.read(&running, at(0))).unwrap().unwrap();
+        assert_eq!(record.fence, 1);
+        assert!(matches!(record.state, RecordState::InProgress { owner: o, .. } if o == owner));
+    }
+    assert_eq!(schema_version(&path), SQLITE_SCHEMA_VERSION);
 }

@@ -177,7 +177,14 @@ impl Dispatcher {
         let record = AttemptRecord::new(call.name.as_str());
         let mut attempts: Vec<Attempt> = Vec::new();
         for number in 1..=self.retry.max_attempts() {
-            let waited = self.retry.delay_before(number);
+            // The backoff, or the previous attempt's retry-after hint if that is longer.
+            let hint = attempts
+                .last()
+                .and_then(|previous| previous.outcome.as_ref().ok())
+                .and_then(|reply| reply.result.as_ref().err())
+                .and_then(|failure| failure.retry_after_ms)
+                .map_or(Duration::ZERO, Duration::from_millis);
+            let waited = self.retry.delay_before(number).max(hint);
             if waited > Duration::ZERO {
                 self.retry.sleep(waited).await;
             }

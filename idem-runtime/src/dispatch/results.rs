@@ -102,6 +102,9 @@ pub fn failure_object(failure: &ToolFailure) -> Value {
     object.insert("kind".into(), json!(failure.kind));
     object.insert("message".into(), json!(failure.message));
     object.insert("retryable".into(), json!(failure.retryable));
+    if let Some(ms) = failure.retry_after_ms {
+        object.insert("retry_after_ms".into(), json!(ms));
+    }
     if !failure.error.is_null() {
         object.insert("detail".into(), failure.error.clone());
     }

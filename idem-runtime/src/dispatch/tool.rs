@@ -61,6 +61,11 @@ pub struct ToolFailure {
     pub retryable: bool,
     /// The tool's error value as JSON (`null` for bad arguments).
     pub error: Value,
+    /// When retrying may succeed, in milliseconds from now: an `InProgress` key's owner's
+    /// next renewal or lease deadline, or when an unknown outcome's held claim lapses. The
+    /// dispatcher waits at least this long before its next attempt (D3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
 }
 
 /// Kinds of [`ToolFailure`].
@@ -77,6 +82,9 @@ pub enum FailureKind {
     Tool,
     /// The response was lost on the way back (a transport timeout; T2).
     Transport,
+    /// Whether the effect happened is unknown (U1): the tool said so, or the key's last run
+    /// ended without an outcome (`Error::OutcomeUnknown`). Not retried; the model is told.
+    OutcomeUnknown,
 }
 
 impl ToolFailure {
@@ -87,12 +95,14 @@ impl ToolFailure {
             message: message.into(),
             retryable,
             error: Value::Null,
+            retry_after_ms: None,
         }
     }
 
     fn from_tool_error<E: IdempotentError + fmt::Display>(error: &E) -> Self {
         let (kind, retryable) = match error.idem_error() {
-            Some(layer) => (FailureKind::Layer, layer.is_transient()),
+            Some(layer) => (layer_kind(layer), layer.is_transient()),
+            None if error.is_outcome_unknown() => (FailureKind::OutcomeUnknown, false),
             None => (FailureKind::Tool, error.is_retryable()),
         };
         ToolFailure {
@@ -100,7 +110,26 @@ impl ToolFailure {
             message: error.to_string(),
             retryable,
             error: serde_json::to_value(error).unwrap_or(Value::Null),
+            retry_after_ms: error.idem_error().and_then(retry_after_ms),
         }
+    }
+}
+
+/// The failure kind of a layer error: [`FailureKind::OutcomeUnknown`] for
+/// `Error::OutcomeUnknown`, else [`FailureKind::Layer`].
+fn layer_kind(error: &Error) -> FailureKind {
+    match error {
+        Error::OutcomeUnknown { .. } => FailureKind::OutcomeUnknown,
+        _ => FailureKind::Layer,
+    }
+}
+
+/// The layer's hint of when to retry, in milliseconds.
+fn retry_after_ms(error: &Error) -> Option<u64> {
+    match error {
+        Error::InProgress { retry_after_ms, .. } => Some(*retry_after_ms),
+        Error::OutcomeUnknown { retry_after_ms, .. } => *retry_after_ms,
+        _ => None,
     }
 }
 
@@ -204,9 +233,10 @@ impl Tool {
 impl From<Error> for ToolFailure {
     fn from(error: Error) -> Self {
         ToolFailure {
-            kind: FailureKind::Layer,
+            kind: layer_kind(&error),
             retryable: error.is_transient(),
             message: error.to_string(),
+            retry_after_ms: retry_after_ms(&error),
             error: serde_json::to_value(&error).unwrap_or(Value::Null),
         }
     }

@@ -243,7 +243,7 @@ pub async fn round_trips_are_counted_for_every_operation_and_shared_by_the_engin
                 at(90_000)
             ))
             .await,
-        Ok(Claim::Acquired)
+        Ok(Claim::Acquired { fence: 1 })
     );
     let lapsed = TakeoverRequest {
         key: &warm,
@@ -253,6 +253,7 @@ pub async fn round_trips_are_counted_for_every_operation_and_shared_by_the_engin
         now: at(2_000),
         lease_until: at(3_000),
         expires_at: at(90_000),
+        fence: 2,
     };
     assert_eq!(h.store.take_over(lapsed).await, Ok(true));
     let envelope = Envelope::from_stored("{\"ok\":1}".to_owned());
@@ -277,7 +278,7 @@ pub async fn round_trips_are_counted_for_every_operation_and_shared_by_the_engin
                 at(90_000)
             ))
             .await,
-        Ok(Claim::Acquired)
+        Ok(Claim::Acquired { fence: 1 })
     );
     assert_eq!(round_trips(&h), start + 1, "claim");
     assert!(h.store.read(&key, at(1_500)).await.unwrap().is_some());
@@ -290,6 +291,7 @@ pub async fn round_trips_are_counted_for_every_operation_and_shared_by_the_engin
         now: at(2_000),
         lease_until: at(3_000),
         expires_at: at(90_000),
+        fence: 2,
     };
     assert_eq!(h.store.take_over(takeover).await, Ok(true));
     assert_eq!(round_trips(&h), start + 3, "take over");
@@ -1046,7 +1048,7 @@ pub async fn store_claim_is_insert_if_absent_with_exact_expiry(make: Factory) {
         OwnerToken::random(),
     );
     let req = claim_req(&key, &fp, a, at(0), at(100), at(1_000));
-    assert_eq!(store.claim(req).await.unwrap(), Claim::Acquired);
+    assert_eq!(store.claim(req).await.unwrap(), Claim::Acquired { fence: 1 });
     let in_progress = store.read(&key, at(0)).await.unwrap().unwrap();
     assert_eq!(in_progress.fingerprint, fp);
     assert_eq!(
@@ -1084,9 +1086,10 @@ pub async fn store_claim_is_insert_if_absent_with_exact_expiry(make: Factory) {
     let req = claim_req(&key, &fp, b, at(999), at(1_099), at(1_999));
     assert_eq!(store.claim(req).await.unwrap(), Claim::Existing(completed));
     assert_eq!(store.read(&key, at(1_000)).await.unwrap(), None);
-    // An expired record is replaced by a new claim, with the new fingerprint.
+    // An expired record is replaced by a new claim, with the new fingerprint and the
+    // next fence (F1).
     let req = claim_req(&key, &other_fp, c, at(1_000), at(1_100), at(2_000));
-    assert_eq!(store.claim(req).await.unwrap(), Claim::Acquired);
+    assert_eq!(store.claim(req).await.unwrap(), Claim::Acquired { fence: 2 });
     let fresh = store.read(&key, at(1_000)).await.unwrap().unwrap();
     assert_eq!(fresh.fingerprint, other_fp);
     assert_eq!((fresh.created_at, fresh.expires_at), (at(1_000), at(2_000)));
@@ -1117,7 +1120,7 @@ pub async fn store_take_over_and_complete_compare_the_owner(make: Factory) {
         OwnerToken::random(),
     );
     let req = claim_req(&key, &fp, stale, at(0), at(100), at(10_000));
-    assert_eq!(store.claim(req).await.unwrap(), Claim::Acquired);
+    assert_eq!(store.claim(req).await.unwrap(), Claim::Acquired { fence: 1 });
     let takeover = |seen_owner, seen_lease_until, owner, now: u64| TakeoverRequest {
         key: &key,
         seen_owner,
@@ -1126,6 +1129,7 @@ pub async fn store_take_over_and_complete_compare_the_owner(make: Factory) {
         now: at(now),
         lease_until: at(now + 100),
         expires_at: at(now + 10_000),
+        fence: 2,
     };
     // A wrong seen owner or lease changes nothing.
     assert!(!store
@@ -1199,7 +1203,7 @@ pub async fn store_take_over_and_complete_compare_the_owner(make: Factory) {
     let key2 = test_key(4);
     let owner = OwnerToken::random();
     let req = claim_req(&key2, &fp, owner, at(0), at(5_000), at(1_000));
-    assert_eq!(store.claim(req).await.unwrap(), Claim::Acquired);
+    assert_eq!(store.claim(req).await.unwrap(), Claim::Acquired { fence: 1 });
     assert_eq!(
         store
             .complete(&key2, owner, &stale_outcome, at(1_000))
@@ -1217,6 +1221,7 @@ pub async fn store_take_over_and_complete_compare_the_owner(make: Factory) {
                 now: at(1_000),
                 lease_until: at(1_100),
                 expires_at: at(2_000),
+                fence: 2,
             })
             .await
             .unwrap(),
@@ -1231,22 +1236,12 @@ pub async fn store_release_compares_the_owner(make: Factory) {
     let (key, fp) = (test_key(5), fingerprint(5));
     let (owner, other) = (OwnerToken::random(), OwnerToken::random());
     let req = claim_req(&key, &fp, owner, at(0), at(100), at(1_000));
-    assert_eq!(store.claim(req).await.unwrap(), Claim::Acquired);
+    assert_eq!(store.claim(req).await.unwrap(), Claim::Acquired { fence: 1 });
     assert!(!store.release(&key, other).await.unwrap());
     assert!(store.read(&key, at(0)).await.unwrap().is_some());
     assert!(store.release(&key, owner).await.unwrap());
     assert_eq!(store.read(&key, at(0)).await.unwrap(), None);
     assert!(!store.release(&key, owner).await.unwrap(), "already gone");
-    // release_on_drop releases too (the S7 guard): see `released_soon`.
-    let req = claim_req(&key, &fp, other, at(1), at(101), at(1_001));
-    assert_eq!(store.claim(req).await.unwrap(), Claim::Acquired);
-    store.release_on_drop(&key, owner);
-    assert!(
-        store.read(&key, at(1)).await.unwrap().is_some(),
-        "not the owner"
-    );
-    store.release_on_drop(&key, other);
-    released_soon(&h, &key, at(1)).await;
 }
 
 // pins S11: whatever text the envelope holds is stored and read back exactly
@@ -1265,7 +1260,7 @@ pub async fn store_keeps_any_envelope_text_verbatim(make: Factory) {
         let fp = fingerprint(1);
         let owner = OwnerToken::random();
         let req = claim_req(&key, &fp, owner, at(0), at(100), at(1_000));
-        assert_eq!(store.claim(req).await.unwrap(), Claim::Acquired);
+        assert_eq!(store.claim(req).await.unwrap(), Claim::Acquired { fence: 1 });
         let envelope = Envelope::from_stored(*text);
         assert_eq!(
             store.complete(&key, owner, &envelope, at(1)).await.unwrap(),
@@ -1288,7 +1283,7 @@ pub async fn store_handles_extreme_timestamps(make: Factory) {
     let owner = OwnerToken::random();
     let max = Timestamp::from_millis(u64::MAX);
     let req = claim_req(&key, &fp, owner, Timestamp::EPOCH, max, max);
-    assert_eq!(store.claim(req).await.unwrap(), Claim::Acquired);
+    assert_eq!(store.claim(req).await.unwrap(), Claim::Acquired { fence: 1 });
     let late = Timestamp::from_millis(i64::MAX as u64 / 2);
     let record = store
         .read(&key, late)
@@ -1310,6 +1305,7 @@ pub async fn store_handles_extreme_timestamps(make: Factory) {
             now: late,
             lease_until: late,
             expires_at: max,
+            fence: 2,
         })
         .await
         .unwrap());
@@ -1329,6 +1325,6 @@ pub async fn store_handles_extreme_timestamps(make: Factory) {
         Timestamp::EPOCH,
         Timestamp::EPOCH,
     );
-    assert_eq!(store.claim(req).await.unwrap(), Claim::Acquired);
+    assert_eq!(store.claim(req).await.unwrap(), Claim::Acquired { fence: 1 });
     assert_eq!(store.read(&key0, Timestamp::EPOCH).await.unwrap(), None);
 }

@@ -11,7 +11,8 @@ use std::time::Duration;
 use idem_runtime::envelope::Envelope;
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::store::{
-    ChangeSignal, Claim, ClaimRequest, Completion, OwnerToken, Record, StoreFuture, TakeoverRequest,
+    ChangeSignal, Claim, ClaimRequest, Completion, MarkUnknownRequest, OwnerToken, Record,
+    RenewRequest, StoreFuture, TakeoverRequest,
 };
 use idem_runtime::testkit::{EffectLog, ManualClock};
 use idem_runtime::{
@@ -128,7 +129,9 @@ pub struct FaultyStore {
     pub fail_claim: AtomicBool,
     pub fail_complete: AtomicBool,
     pub fail_release: AtomicBool,
+    pub fail_renew: AtomicBool,
     pub claims: AtomicUsize,
+    pub renewals: AtomicUsize,
 }
 
 impl FaultyStore {
@@ -138,7 +141,9 @@ impl FaultyStore {
             fail_claim: AtomicBool::new(false),
             fail_complete: AtomicBool::new(false),
             fail_release: AtomicBool::new(false),
+            fail_renew: AtomicBool::new(false),
             claims: AtomicUsize::new(0),
+            renewals: AtomicUsize::new(0),
         }
     }
 }
@@ -193,8 +198,15 @@ impl Store for FaultyStore {
     ) -> StoreFuture<'a, Option<Record>> {
         self.inner.read(key, now)
     }
-    fn release_on_drop(&self, key: &IdempotencyKey, owner: OwnerToken) {
-        self.inner.release_on_drop(key, owner)
+    fn renew<'a>(&'a self, req: RenewRequest<'a>) -> StoreFuture<'a, bool> {
+        self.renewals.fetch_add(1, Ordering::SeqCst);
+        if self.fail_renew.load(Ordering::SeqCst) {
+            return unavailable();
+        }
+        self.inner.renew(req)
+    }
+    fn mark_unknown<'a>(&'a self, req: MarkUnknownRequest<'a>) -> StoreFuture<'a, bool> {
+        self.inner.mark_unknown(req)
     }
     fn watch(&self, key: &IdempotencyKey) -> Option<ChangeSignal> {
         self.inner.watch(key)

@@ -1,0 +1,269 @@
+//! Acquiring a key: claim, replay, take over, reconcile, or wait (contract S2–S6, S9, U2,
+//! U3).
+//!
+//! ```text
+//! claim ─ Acquired ───────────────────────────────────────→ owner (fence from the store)
+//!       └ Existing ─ other fingerprint ───────────────────→ Mismatch (S9)
+//!                  ├ Completed ───────────────────────────→ replay (S3, S4)
+//!                  ├ OutcomeUnknown ─ reconcile fn ───────→ take over now, reconcile (U3)
+//!                  │                ├ lease lapsed ───────→ take over, run again (U2)
+//!                  │                └ lease live ─────────→ OutcomeUnknown error (U2)
+//!                  └ InProgress ─ lease lapsed ───────────→ take over (CAS), reconcile or
+//!                               │                           run again (S6, U2)
+//!                               └ lease live ─────────────→ wait ≤ `wait`, look again,
+//!                                                           then InProgress (S5)
+//! ```
+
+use std::time::Duration;
+
+use futures_util::future::select;
+
+use super::PreparedCall;
+use crate::attempt::{PreviousRun, UnknownCause};
+use crate::clock::{duration_millis, Timestamp};
+use crate::envelope::Envelope;
+use crate::error::Error;
+use crate::store::{Claim, ClaimRequest, OwnerToken, Record, RecordState, TakeoverRequest};
+
+/// Shortest and longest pause between two looks at an in-progress key when the store
+/// cannot signal changes (S5: no tighter polling than needed).
+const POLL_MIN: Duration = Duration::from_millis(10);
+const POLL_MAX: Duration = Duration::from_millis(250);
+
+/// What [`PreparedCall::acquire`] obtained.
+pub(super) enum Acquired {
+    /// This call owns the key and runs the body (or reconciles first).
+    Owner(Ownership),
+    /// The key has a saved outcome.
+    Replay(Envelope, Lifetime),
+}
+
+/// A claim this call holds.
+pub(super) struct Ownership {
+    pub(super) owner: OwnerToken,
+    pub(super) fence: u64,
+    pub(super) lifetime: Lifetime,
+    /// The run this claim took over, whose outcome is unknown (U2).
+    pub(super) previous: Option<PreviousRun>,
+}
+
+/// When the record that answers a call was created and expires.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Lifetime {
+    pub(super) created_at: Timestamp,
+    pub(super) expires_at: Timestamp,
+    pub(super) fence: u64,
+    pub(super) takeover: bool,
+}
+
+impl PreparedCall {
+    pub(super) async fn acquire(&self) -> Result<Acquired, Error> {
+        let (store, clock) = (self.engine.store(), self.engine.clock());
+        let started = clock.now();
+        let wait_until = started.saturating_add(self.spec.wait);
+        let mut poll = POLL_MIN;
+        // Subscribed only once the key is seen in progress (then looked at again before
+        // waiting), so the common paths pay nothing for it.
+        let mut change: Option<Option<crate::store::ChangeSignal>> = None;
+        // Consecutive takeovers refused by the store's compare-and-set.
+        let mut failed_takeovers = 0u32;
+        loop {
+            let now = clock.now();
+            let owner = OwnerToken::random();
+            let lease_until = now.saturating_add(self.spec.lease);
+            let expires_at = now.saturating_add(self.spec.ttl);
+            let request = ClaimRequest {
+                key: &self.key,
+                fingerprint: &self.fingerprint,
+                owner,
+                now,
+                lease_until,
+                expires_at,
+            };
+            let record = match store
+                .claim(request)
+                .await
+                .map_err(|e| self.store_error(e))?
+            {
+                Claim::Acquired { fence } => {
+                    return Ok(Acquired::Owner(Ownership {
+                        owner,
+                        fence,
+                        lifetime: Lifetime {
+                            created_at: now,
+                            expires_at,
+                            fence,
+                            takeover: false,
+                        },
+                        previous: None,
+                    }));
+                }
+                Claim::Existing(record) => record,
+            };
+            if record.fingerprint != self.fingerprint {
+                return Err(Error::Mismatch {
+                    tool: self.spec.name.to_owned(),
+                    key: self.key.to_string(),
+                    stored: record.fingerprint.to_string(),
+                    given: self.fingerprint.to_string(),
+                });
+            }
+            let due = match self.decide(&record, now)? {
+                Decision::TakeOver(due) => due,
+                Decision::Replay => {
+                    let RecordState::Completed { outcome, .. } = record.state else {
+                        continue; // `decide` replays completed records only
+                    };
+                    let lifetime = Lifetime {
+                        created_at: record.created_at,
+                        expires_at: record.expires_at,
+                        fence: record.fence,
+                        takeover: false,
+                    };
+                    return Ok(Acquired::Replay(outcome, lifetime));
+                }
+                Decision::Wait { seen_lease_until } => {
+                    // In progress with a live lease: wait for its outcome (S5).
+                    failed_takeovers = 0;
+                    if now >= wait_until {
+                        return Err(self.in_progress(now, started, seen_lease_until));
+                    }
+                    let Some(signal) = change.take() else {
+                        change = Some(store.watch(&self.key));
+                        continue; // subscribed: look once more before waiting, so no change is missed
+                    };
+                    let deadline = clock.sleep_until(wait_until.min(seen_lease_until));
+                    match signal {
+                        Some(signal) => drop(select(signal, deadline).await),
+                        None => {
+                            let tick = futures_timer::Delay::new(poll);
+                            poll = (poll * 2).min(POLL_MAX);
+                            drop(select(tick, deadline).await);
+                        }
+                    }
+                    change = Some(store.watch(&self.key)); // before the next look
+                    continue;
+                }
+            };
+            let fence = record.fence.saturating_add(1);
+            let takeover = TakeoverRequest {
+                key: &self.key,
+                seen_owner: due.seen_owner,
+                seen_lease_until: due.seen_lease_until,
+                owner,
+                now,
+                lease_until,
+                expires_at,
+                fence,
+            };
+            if store
+                .take_over(takeover)
+                .await
+                .map_err(|e| self.store_error(e))?
+            {
+                tracing::warn!(tool = self.spec.name, key = %self.key, fence, cause = ?due.previous.cause, reconcile = self.spec.reconcile, "took over a claim whose outcome is unknown");
+                return Ok(Acquired::Owner(Ownership {
+                    owner,
+                    fence,
+                    lifetime: Lifetime {
+                        created_at: now,
+                        expires_at,
+                        fence,
+                        takeover: true,
+                    },
+                    previous: Some(due.previous),
+                }));
+            }
+            // The record changed under us (another caller took over first): look again at
+            // once. A takeover that keeps failing means the store does not hold what it
+            // returned; from the second failure on, behave like a waiter: answer InProgress
+            // once the wait bound has passed, else pause first (S5).
+            failed_takeovers += 1;
+            if failed_takeovers < 2 {
+                continue;
+            }
+            if now >= wait_until {
+                return Err(self.in_progress(now, started, due.seen_lease_until));
+            }
+            let tick = futures_timer::Delay::new(poll);
+            poll = (poll * 2).min(POLL_MAX);
+            drop(select(tick, clock.sleep_until(wait_until)).await);
+        }
+    }
+
+    /// What to do about `record` (live, same fingerprint): replay a completed one (S3);
+    /// take over an in-progress claim whose lease lapsed (S6) or an unknown outcome that
+    /// this tool reconciles or whose held lease lapsed (U2, U3); wait for a live owner
+    /// (S5). An unknown outcome still held for a tool without a reconcile function is
+    /// [`Error::OutcomeUnknown`].
+    fn decide(&self, record: &Record, now: Timestamp) -> Result<Decision, Error> {
+        let previous = |cause, unknown_since| PreviousRun {
+            claimed_at: record.created_at,
+            fence: record.fence,
+            unknown_since,
+            cause,
+        };
+        match record.state {
+            RecordState::Completed { .. } => Ok(Decision::Replay),
+            RecordState::InProgress { owner, lease_until } if now >= lease_until => {
+                Ok(Decision::TakeOver(Due {
+                    seen_owner: owner,
+                    seen_lease_until: lease_until,
+                    previous: previous(UnknownCause::LeaseLapsed, record.created_at),
+                }))
+            }
+            RecordState::InProgress { lease_until, .. } => Ok(Decision::Wait {
+                seen_lease_until: lease_until,
+            }),
+            RecordState::OutcomeUnknown {
+                owner,
+                lease_until,
+                since,
+            } => {
+                if self.spec.reconcile || now >= lease_until {
+                    return Ok(Decision::TakeOver(Due {
+                        seen_owner: owner,
+                        seen_lease_until: lease_until,
+                        previous: previous(UnknownCause::GaveUp, since),
+                    }));
+                }
+                Err(Error::OutcomeUnknown {
+                    tool: self.spec.name.to_owned(),
+                    key: self.key.to_string(),
+                    since,
+                    retry_after_ms: Some(duration_millis(lease_until.saturating_since(now))),
+                })
+            }
+        }
+    }
+
+    /// S5, with a hint of when to come back: the owner's lease deadline, or its next
+    /// renewal if that is sooner (one heartbeat of this tool).
+    fn in_progress(&self, now: Timestamp, started: Timestamp, lease_until: Timestamp) -> Error {
+        let until_lapse = lease_until.saturating_since(now);
+        let hint = match self.spec.effective_heartbeat() {
+            Some(heartbeat) => until_lapse.min(heartbeat),
+            None => until_lapse,
+        };
+        Error::InProgress {
+            tool: self.spec.name.to_owned(),
+            key: self.key.to_string(),
+            waited_ms: duration_millis(now.saturating_since(started)),
+            retry_after_ms: duration_millis(hint).max(1),
+        }
+    }
+}
+
+/// What [`PreparedCall::decide`] chose for a live record.
+enum Decision {
+    Replay,
+    TakeOver(Due),
+    Wait { seen_lease_until: Timestamp },
+}
+
+/// A takeover that is due.
+struct Due {
+    seen_owner: OwnerToken,
+    seen_lease_until: Timestamp,
+    previous: PreviousRun,
+}

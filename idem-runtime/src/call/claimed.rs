@@ -1,0 +1,437 @@
+//! A call that holds its key's claim: reconcile, run the body with its lease renewed, and
+//! finish — save, mark unknown or release — even if the caller goes away (contract S4,
+//! S6, S7, S10, L1, U1–U5).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::acquire::{Lifetime, Ownership};
+use super::PreparedCall;
+use crate::attempt::AttemptInfo;
+use crate::clock::{Clock, Timestamp};
+use crate::context::CallContext;
+use crate::detach::{detach, Detachable};
+use crate::envelope::Envelope;
+use crate::error::Error;
+use crate::heartbeat::{Beating, Heartbeat, Lease};
+use crate::key::IdempotencyKey;
+use crate::outcome::{CallStatus, IdempotentError};
+use crate::reconcile::{ReconcileVerdict, Reconciled};
+use crate::spec::OnCancel;
+use crate::store::{Completion, MarkUnknownRequest, OwnerToken, Store};
+
+/// A call that holds its key's claim (the `Ok` of [`PreparedCall::claim`]): reconcile if
+/// [`needs_reconcile`](Self::needs_reconcile), then [`run`](Self::run) the body.
+///
+/// Dropping it without running the body gives the claim back: released for a first
+/// claim, marked outcome unknown again after a takeover (U4).
+#[derive(Debug)]
+pub struct ClaimedCall {
+    call: PreparedCall,
+    owner: OwnerToken,
+    lifetime: Lifetime,
+    attempt: AttemptInfo,
+    needs_reconcile: bool,
+    /// Renews the lease alongside async work (L1).
+    heartbeat: Option<Heartbeat>,
+    /// The heartbeat of the sync path, on a task of its own; aborted on drop.
+    _beating: Option<Beating>,
+    guard: ClaimGuard,
+}
+
+/// What finishing writes to the store.
+enum FinishStep {
+    Complete(Envelope),
+    MarkUnknown,
+    Release,
+}
+
+impl ClaimedCall {
+    pub(super) fn new(call: PreparedCall, ownership: Ownership, blocking: bool) -> Self {
+        let (store, clock) = (call.engine.store(), call.engine.clock());
+        let claimed_at = ownership.lifetime.created_at;
+        let attempt = AttemptInfo::new(
+            call.key.clone(),
+            ownership.fence,
+            claimed_at,
+            ownership.previous,
+        );
+        let heartbeat = Heartbeat::new(
+            store,
+            clock,
+            &call.key,
+            Lease {
+                tool: call.spec.name,
+                owner: ownership.owner,
+                claimed_at,
+                lease: call.spec.lease,
+                every: call.spec.effective_heartbeat(),
+            },
+            attempt.fenced_signal(),
+        );
+        let beating = match (&heartbeat, blocking) {
+            (Some(heartbeat), true) => heartbeat.spawn(store.needs_runtime_io()),
+            _ => None,
+        };
+        // Dropped before the body begins: give the claim back as it was taken (U4).
+        let on_drop = match ownership.previous {
+            Some(previous) => DropAction::MarkUnknown {
+                since: previous.unknown_since,
+            },
+            None => DropAction::Release,
+        };
+        let guard = ClaimGuard {
+            store: Arc::clone(store),
+            clock: Arc::clone(clock),
+            key: call.key.clone(),
+            owner: ownership.owner,
+            on_drop: Some(on_drop),
+        };
+        ClaimedCall {
+            needs_reconcile: call.spec.reconcile && ownership.previous.is_some(),
+            owner: ownership.owner,
+            lifetime: ownership.lifetime,
+            attempt,
+            heartbeat: if blocking { None } else { heartbeat },
+            _beating: beating,
+            guard,
+            call,
+        }
+    }
+
+    /// Whether this call took over a run whose outcome is unknown and its tool has a
+    /// reconcile function: then ask it (with [`attempt`](Self::attempt)) and pass its
+    /// answer to [`settle`](Self::settle) before running the body (U3).
+    pub fn needs_reconcile(&self) -> bool {
+        self.needs_reconcile
+    }
+
+    /// This attempt: key, fence, the run it took over (if any), the fenced signal.
+    pub fn attempt(&self) -> AttemptInfo {
+        self.attempt.clone()
+    }
+
+    /// The context the body (and a reconcile function) runs under: the caller's, with this
+    /// call's key and attempt (K10).
+    fn body_context(&self) -> CallContext {
+        self.call
+            .context
+            .clone()
+            .unwrap_or_default()
+            .for_body(self.attempt.clone())
+    }
+
+    /// Acts on a reconcile function's answer (U3), awaiting it first if it is a future
+    /// (with the lease renewed meanwhile). `Ok`: not done, run the body now. `Err`: the
+    /// call is answered: [`Reconciled::Done`]'s outcome, saved and returned as if the body
+    /// had returned it (status [`CallStatus::Reconciled`]); or, for
+    /// [`Reconciled::Unknown`], [`Error::OutcomeUnknown`], the key staying unknown so that
+    /// the next call reconciles again.
+    pub async fn settle<T, E, V>(mut self, verdict: V) -> Result<ClaimedCall, Result<T, E>>
+    where
+        T: Serialize,
+        E: IdempotentError,
+        V: ReconcileVerdict<T, E>,
+    {
+        let asked = self.body_context().run(verdict.into_verdict());
+        let answer = Heartbeat::alongside(self.heartbeat.as_ref(), asked).await;
+        match answer {
+            Reconciled::NotDone => {
+                self.needs_reconcile = false;
+                Ok(self)
+            }
+            Reconciled::Done(outcome) => {
+                Err(self.finish(outcome, CallStatus::Reconciled).await)
+            }
+            Reconciled::Unknown => Err(self.still_unknown().await),
+        }
+    }
+
+    /// [`settle`](Self::settle) for a sync tool: drives the answer (and any store write) on
+    /// this thread, with the rules of [`PreparedCall::run_blocking`].
+    pub fn settle_blocking<T, E, V>(self, verdict: V) -> Result<ClaimedCall, Result<T, E>>
+    where
+        T: Serialize,
+        E: IdempotentError,
+        V: ReconcileVerdict<T, E>,
+    {
+        let asked = self.body_context().run(verdict.into_verdict());
+        match self.call.drive_blocking(asked) {
+            Ok(Reconciled::NotDone) => {
+                let mut this = self;
+                this.needs_reconcile = false;
+                Ok(this)
+            }
+            Ok(Reconciled::Done(outcome)) => {
+                Err(self.finish_blocking(outcome, CallStatus::Reconciled))
+            }
+            Ok(Reconciled::Unknown) => {
+                let mut this = self;
+                let step = this.still_unknown_step();
+                // Refused only on a current-thread runtime, which the claim already refused;
+                // the key then stays in progress and lapses into an unknown outcome.
+                drop(this.call.drive_blocking(step));
+                Err(Err(E::from(this.unknown_error())))
+            }
+            Err(refused) => Err(Err(E::from(self.call.store_error(refused)))),
+        }
+    }
+
+    /// Runs the body as this claim's owner, renewing the lease alongside it (L1), and
+    /// finishes: saves its outcome, or marks it unknown, or releases (S4, U1).
+    pub async fn run<T, E, Fut>(mut self, body: Fut) -> Result<T, E>
+    where
+        T: Serialize,
+        E: IdempotentError,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        self.body_begins();
+        let body = self.body_context().run(body);
+        let outcome = Heartbeat::alongside(self.heartbeat.as_ref(), body).await;
+        self.finish(outcome, CallStatus::Executed).await
+    }
+
+    /// [`run`](Self::run) for a sync tool: the body runs on this thread while the lease is
+    /// renewed from a task of its own.
+    pub fn run_blocking<T, E>(mut self, body: impl FnOnce() -> Result<T, E>) -> Result<T, E>
+    where
+        T: Serialize,
+        E: IdempotentError,
+    {
+        self.body_begins();
+        let outcome = self.body_context().enter(body);
+        self.finish_blocking(outcome, CallStatus::Executed)
+    }
+
+    /// From here the effect may happen: a drop or a panic leaves the outcome unknown,
+    /// unless the tool releases on cancel (U4).
+    fn body_begins(&mut self) {
+        let since = self
+            .attempt
+            .previous()
+            .map_or(self.attempt.claimed_at(), |p| p.unknown_since);
+        self.guard.on_drop = Some(match self.call.spec.on_cancel {
+            OnCancel::Hold => DropAction::MarkUnknown { since },
+            OnCancel::Release => DropAction::Release,
+        });
+        self.needs_reconcile = false;
+    }
+
+    /// What finishing writes for `outcome`, or `None` when it cannot be saved (then the key
+    /// stays in progress until its lease lapses, S10).
+    fn finish_step<T: Serialize, E: IdempotentError>(
+        &self,
+        outcome: &Result<T, E>,
+    ) -> Option<FinishStep> {
+        let encoded = match outcome {
+            // S4: not saved; the next attempt runs the body with the same key.
+            Err(error) if error.idem_error().is_some() => return Some(FinishStep::Release),
+            // U1: whether the effect happened is unknown.
+            Err(error) if error.is_outcome_unknown() => return Some(FinishStep::MarkUnknown),
+            Err(error) if error.is_retryable() => return Some(FinishStep::Release),
+            Ok(value) => Envelope::encode_ok(value),
+            Err(error) => Envelope::encode_err(error),
+        };
+        match encoded {
+            Ok(envelope) => Some(FinishStep::Complete(envelope)),
+            Err(e) => {
+                tracing::error!(tool = self.call.spec.name, key = %self.call.key, error = %e, "the outcome cannot be saved; the key stays in progress until its lease lapses");
+                None
+            }
+        }
+    }
+
+    /// The store write of `step`, as an owned future that finishes even if its caller
+    /// goes away (U5). Answers whether the outcome was saved.
+    fn finish_write(&self, step: FinishStep) -> Detachable<bool> {
+        let (store, clock) = (
+            Arc::clone(self.call.engine.store()),
+            Arc::clone(self.call.engine.clock()),
+        );
+        let (key, owner, tool) = (self.call.key.clone(), self.owner, self.call.spec.name);
+        let since = self
+            .attempt
+            .previous()
+            .map_or(self.attempt.claimed_at(), |p| p.unknown_since);
+        Detachable::new(async move {
+            match step {
+                FinishStep::Complete(envelope) => {
+                    let now = clock.now();
+                    match store.complete(&key, owner, &envelope, now).await {
+                        Ok(Completion::Saved) => true,
+                        Ok(Completion::Fenced) => {
+                            tracing::warn!(tool, key = %key, "outcome not saved: the lease lapsed and another caller took over");
+                            false
+                        }
+                        Err(e) => {
+                            tracing::error!(tool, key = %key, error = %e, "the effect happened but its outcome was not saved; the key stays in progress until its lease lapses");
+                            false
+                        }
+                    }
+                }
+                FinishStep::MarkUnknown => {
+                    mark_unknown(&*store, &*clock, &key, owner, since, tool).await;
+                    false
+                }
+                FinishStep::Release => {
+                    if let Err(e) = store.release(&key, owner).await {
+                        tracing::warn!(tool, key = %key, error = %e, "could not release the claim; it lapses with its lease");
+                    }
+                    false
+                }
+            }
+        })
+    }
+
+    /// Finishes with the body's (or a reconcile function's) outcome and returns it.
+    async fn finish<T: Serialize, E: IdempotentError>(
+        mut self,
+        outcome: Result<T, E>,
+        status: CallStatus,
+    ) -> Result<T, E> {
+        // The outcome exists, so the effect may have happened: from here the guard does
+        // nothing, not even on a panic in the outcome's `Serialize` (S7, S10); only the
+        // write chosen below acts.
+        self.guard.on_drop = None;
+        let recorded = match self.finish_step(&outcome) {
+            Some(step) => {
+                let write = self.finish_write(step);
+                Heartbeat::alongside(self.heartbeat.as_ref(), write).await
+            }
+            None => false,
+        };
+        self.call.record(status, self.lifetime, recorded);
+        outcome
+    }
+
+    /// [`finish`](Self::finish) for the sync path.
+    fn finish_blocking<T: Serialize, E: IdempotentError>(
+        mut self,
+        outcome: Result<T, E>,
+        status: CallStatus,
+    ) -> Result<T, E> {
+        self.guard.on_drop = None;
+        let recorded = match self.finish_step(&outcome) {
+            Some(step) => {
+                let write = self.finish_write(step);
+                // Refused only on a current-thread runtime, which the claim already refused.
+                self.call.drive_blocking(write).unwrap_or(false)
+            }
+            None => false,
+        };
+        self.call.record(status, self.lifetime, recorded);
+        outcome
+    }
+
+    /// The reconcile function could not tell: the key stays unknown (U3).
+    async fn still_unknown<T, E: IdempotentError>(mut self) -> Result<T, E> {
+        self.guard.on_drop = None;
+        let step = self.still_unknown_step();
+        Heartbeat::alongside(self.heartbeat.as_ref(), step).await;
+        Err(E::from(self.unknown_error()))
+    }
+
+    fn still_unknown_step(&mut self) -> Detachable<bool> {
+        self.guard.on_drop = None;
+        self.finish_write(FinishStep::MarkUnknown)
+    }
+
+    fn unknown_error(&self) -> Error {
+        let since = self
+            .attempt
+            .previous()
+            .map_or(self.attempt.claimed_at(), |p| p.unknown_since);
+        Error::OutcomeUnknown {
+            tool: self.call.spec.name.to_owned(),
+            key: self.call.key.to_string(),
+            since,
+            retry_after_ms: None,
+        }
+    }
+}
+
+/// Marks the outcome of `key` unknown (U1), logging a failure (the claim then lapses with
+/// its lease, and the next caller treats the outcome as unknown all the same).
+async fn mark_unknown(
+    store: &dyn Store,
+    clock: &dyn Clock,
+    key: &IdempotencyKey,
+    owner: OwnerToken,
+    since: Timestamp,
+    tool: &'static str,
+) {
+    let request = MarkUnknownRequest {
+        key,
+        owner,
+        now: clock.now(),
+        since,
+    };
+    match store.mark_unknown(request).await {
+        Ok(true) => {}
+        Ok(false) => {
+            tracing::warn!(tool, key = %key, "could not mark the outcome unknown: the claim was lost")
+        }
+        Err(e) => {
+            tracing::warn!(tool, key = %key, error = %e, "could not mark the outcome unknown; the claim lapses with its lease")
+        }
+    }
+}
+
+/// What the guard does if the call is dropped (or panics) while it holds the claim.
+#[derive(Debug, Clone, Copy)]
+enum DropAction {
+    Release,
+    MarkUnknown { since: Timestamp },
+}
+
+/// Acts on the claim when a [`ClaimedCall`] is dropped or unwinds before it finished
+/// (S7, U4); the write goes through [`detach`], so it completes without the caller.
+struct ClaimGuard {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    key: IdempotencyKey,
+    owner: OwnerToken,
+    /// `None` once finishing took over.
+    on_drop: Option<DropAction>,
+}
+
+impl std::fmt::Debug for ClaimGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClaimGuard")
+            .field("key", &self.key)
+            .field("on_drop", &self.on_drop)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for ClaimGuard {
+    fn drop(&mut self) {
+        let Some(action) = self.on_drop.take() else {
+            return;
+        };
+        let (store, clock, key, owner) = (
+            Arc::clone(&self.store),
+            Arc::clone(&self.clock),
+            self.key.clone(),
+            self.owner,
+        );
+        match action {
+            DropAction::Release => {
+                tracing::warn!(key = %key, "call dropped or panicked before its body began; releasing the claim");
+                detach(async move {
+                    if let Err(e) = store.release(&key, owner).await {
+                        tracing::warn!(key = %key, error = %e, "could not release the claim; it lapses with its lease");
+                    }
+                });
+            }
+            DropAction::MarkUnknown { since } => {
+                tracing::warn!(key = %key, "body cancelled or panicked after it began; its outcome is unknown");
+                detach(async move {
+                    mark_unknown(&*store, &*clock, &key, owner, since, "").await;
+                });
+            }
+        }
+    }
+}

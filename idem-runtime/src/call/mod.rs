@@ -1,0 +1,270 @@
+//! The call protocol: key → claim → body → save, or replay (contract S1–S10, S12, L1,
+//! F1, U1–U5).
+//!
+//! ```text
+//! prepare:   context → scope value → canonical args → key, fingerprint  (or the carried key, K9)
+//! claim:     claim, replay, take over, or wait                          (acquire.rs)
+//! reconcile: after a takeover of an unknown outcome, if the tool has a reconcile function:
+//!            done → save and return its outcome; not done → run; unknown → OutcomeUnknown
+//! run:       the body, its lease renewed every heartbeat                (heartbeat.rs)
+//! finish:    Ok / saved Err → complete (CAS on owner); outcome unknown → mark unknown;
+//!            retryable or layer Err → release; each write finishes even if the caller
+//!            goes away                                                  (detach.rs)
+//! ```
+//! A claim guard acts if the call is dropped or panics while it holds the claim (S7, U4):
+//! before the body began it releases (or, after a takeover, keeps the outcome unknown);
+//! once the body began it marks the outcome unknown, or releases with
+//! [`OnCancel::Release`](crate::OnCancel::Release).
+
+mod acquire;
+mod claimed;
+
+pub use claimed::ClaimedCall;
+
+use std::future::Future;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::args::ArgsBuilder;
+use crate::canonical::CanonicalError;
+use crate::context::{CallContext, DerivedKey};
+use crate::engine::{default_engine, tool_engine, Engine};
+use crate::envelope::Envelope;
+use crate::error::Error;
+use crate::key::{derive_key, Fingerprint, IdempotencyKey};
+use crate::outcome::{CallRecord, CallStatus, IdempotentError};
+use crate::spec::ToolSpec;
+use crate::store::{StoreError, StoreErrorKind};
+use acquire::{Acquired, Lifetime};
+
+/// One call, keyed and ready to run: the output of [`prepare`].
+#[derive(Debug)]
+pub struct PreparedCall {
+    spec: &'static ToolSpec,
+    engine: Engine,
+    context: Option<CallContext>,
+    key: IdempotencyKey,
+    fingerprint: Fingerprint,
+}
+
+/// Derives the key of a call to the tool `spec` made under `context` (else the context in
+/// force): the carried key of the attempt record if it has one for this tool (K9),
+/// otherwise scope value, then arguments (filled by `fill`), then key and fingerprint.
+///
+/// # Errors
+/// [`Error::MissingScope`] (K7), [`Error::Canonical`] (K2, K3), or [`Error::Store`] when
+/// no engine is available. None of them runs the body.
+pub fn prepare<F>(
+    spec: &'static ToolSpec,
+    context: Option<&CallContext>,
+    fill: F,
+) -> Result<PreparedCall, Error>
+where
+    F: FnOnce(&mut ArgsBuilder) -> Result<(), CanonicalError>,
+{
+    let context = context.cloned().or_else(CallContext::current);
+    if let Some(context) = &context {
+        context.clear_last_outcome();
+    }
+    let context_engine = context.as_ref().and_then(CallContext::engine);
+    let engine = match (spec.store, context_engine) {
+        (Some(locator), fallback) => tool_engine(spec.name, locator, fallback),
+        (None, Some(engine)) => Ok(engine.clone()),
+        (None, None) => default_engine(),
+    }
+    .map_err(|source| Error::Store {
+        tool: spec.name.to_owned(),
+        source,
+    })?;
+    let attempt = context.as_ref().and_then(|c| c.take_attempt_for(spec.name));
+    if let Some(carried) = attempt.and_then(|a| a.derived()) {
+        return Ok(PreparedCall {
+            spec,
+            engine,
+            context,
+            key: carried.key,
+            fingerprint: carried.fingerprint,
+        });
+    }
+    let scope = spec.scope.resolve(spec.name, context.as_ref())?;
+    let mut args = ArgsBuilder::new();
+    fill(&mut args).map_err(|source| Error::Canonical {
+        tool: spec.name.to_owned(),
+        source,
+    })?;
+    let (key_args, fingerprint) = args.finish();
+    let key = derive_key(scope, spec.name, &key_args);
+    if let Some(attempt) = attempt {
+        attempt.remember(DerivedKey {
+            tool: spec.name.to_owned(),
+            key: key.clone(),
+            fingerprint: fingerprint.clone(),
+        });
+    }
+    Ok(PreparedCall {
+        spec,
+        engine,
+        context,
+        key,
+        fingerprint,
+    })
+}
+
+impl PreparedCall {
+    /// The call's idempotency key.
+    pub fn key(&self) -> &IdempotencyKey {
+        &self.key
+    }
+
+    /// The call's fingerprint.
+    pub fn fingerprint(&self) -> &Fingerprint {
+        &self.fingerprint
+    }
+
+    /// Runs `body` at most once for this key and returns its outcome, or replays the saved
+    /// one (S2–S6, L1, U1–U5). Layer errors come back as `E::from(idem::Error)`.
+    ///
+    /// A tool with a reconcile function uses [`claim`](Self::claim) instead, to reconcile
+    /// between the claim and the body; called here, a claim that needs reconciling runs the
+    /// body as if the answer had been [`Reconciled::NotDone`](crate::Reconciled::NotDone).
+    pub async fn run<T, E, Fut>(self, body: Fut) -> Result<T, E>
+    where
+        T: Serialize + DeserializeOwned,
+        E: IdempotentError,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        match self.claim().await {
+            Ok(claimed) => claimed.run(body).await,
+            Err(done) => done,
+        }
+    }
+
+    /// [`run`](Self::run) for a sync tool: drives the protocol on this thread and runs the
+    /// body on it; the body's lease is renewed from a task of its own (L1). Stores whose
+    /// futures are ready at once (memory) or run on their own threads (SQLite) never block
+    /// on I/O here; waiting for a concurrent duplicate blocks this thread for at most the
+    /// tool's `wait`.
+    ///
+    /// A store whose futures need a tokio runtime's I/O driver
+    /// ([`Store::needs_runtime_io`](crate::Store::needs_runtime_io): PostgreSQL, Redis) cannot be waited for on a thread
+    /// that runtime needs. On a multi-thread runtime the waits move off the worker
+    /// (`tokio::task::block_in_place`); on a current-thread runtime, where the blocked
+    /// thread is the only one that could drive the I/O, the call is refused with a
+    /// [`StoreErrorKind::Unsupported`] store error and the body does not run (S10).
+    /// Outside any runtime the store itself refuses the same way.
+    pub fn run_blocking<T, E>(self, body: impl FnOnce() -> Result<T, E>) -> Result<T, E>
+    where
+        T: Serialize + DeserializeOwned,
+        E: IdempotentError,
+    {
+        match self.claim_blocking() {
+            Ok(claimed) => claimed.run_blocking(body),
+            Err(done) => done,
+        }
+    }
+
+    /// The first half of [`run`](Self::run): claims the key for this call, or answers it.
+    /// `Ok`: this call holds the claim ([`ClaimedCall`]: reconcile if it
+    /// [needs to](ClaimedCall::needs_reconcile), then run the body). `Err(outcome)`: the
+    /// call is answered without running anything: a replayed outcome (S3), or a layer
+    /// error (`Mismatch`, `InProgress`, `OutcomeUnknown`, a store error).
+    pub async fn claim<T, E>(self) -> Result<ClaimedCall, Result<T, E>>
+    where
+        T: DeserializeOwned,
+        E: IdempotentError,
+    {
+        match self.acquire().await {
+            Err(error) => Err(Err(E::from(error))),
+            Ok(Acquired::Replay(envelope, lifetime)) => Err(self.replay(&envelope, lifetime)),
+            Ok(Acquired::Owner(ownership)) => Ok(ClaimedCall::new(self, ownership, false)),
+        }
+    }
+
+    /// [`claim`](Self::claim) for a sync tool, with the rules of
+    /// [`run_blocking`](Self::run_blocking); the claim's lease is renewed from a task of its
+    /// own until the [`ClaimedCall`] finishes or is dropped.
+    pub fn claim_blocking<T, E>(self) -> Result<ClaimedCall, Result<T, E>>
+    where
+        T: DeserializeOwned,
+        E: IdempotentError,
+    {
+        let acquired = match self.drive_blocking(self.acquire()) {
+            Ok(acquired) => acquired,
+            Err(refused) => return Err(Err(E::from(self.store_error(refused)))),
+        };
+        match acquired {
+            Err(error) => Err(Err(E::from(error))),
+            Ok(Acquired::Replay(envelope, lifetime)) => Err(self.replay(&envelope, lifetime)),
+            Ok(Acquired::Owner(ownership)) => Ok(ClaimedCall::new(self, ownership, true)),
+        }
+    }
+
+    /// Drives a store step to completion on this thread (the sync path): on a multi-thread
+    /// runtime a store that needs the runtime's I/O is waited for off the worker thread;
+    /// on a current-thread runtime it is refused (see [`run_blocking`](Self::run_blocking)).
+    fn drive_blocking<F: Future>(&self, step: F) -> Result<F::Output, StoreError> {
+        let store = self.engine.store();
+        if store.needs_runtime_io() {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                if runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread {
+                    return Ok(tokio::task::block_in_place(|| runtime.block_on(step)));
+                }
+                let backend = store.backend();
+                return Err(StoreError::new(
+                    backend,
+                    StoreErrorKind::Unsupported,
+                    format!(
+                        "a sync tool cannot use the {backend} store on a current-thread tokio \
+                         runtime: waiting for the store would block the only thread that \
+                         drives its I/O; make the tool async, or run it on a multi-thread \
+                         runtime (where the wait moves off the worker thread)"
+                    ),
+                ));
+            }
+        }
+        Ok(pollster::block_on(step))
+    }
+
+    fn store_error(&self, source: StoreError) -> Error {
+        Error::Store {
+            tool: self.spec.name.to_owned(),
+            source,
+        }
+    }
+
+    fn record(&self, status: CallStatus, lifetime: Lifetime, recorded: bool) {
+        let record = CallRecord {
+            tool: self.spec.name.to_owned(),
+            key: self.key.clone(),
+            status,
+            created_at: lifetime.created_at,
+            expires_at: lifetime.expires_at,
+            recorded,
+            takeover: lifetime.takeover,
+            fence: lifetime.fence,
+        };
+        tracing::debug!(tool = self.spec.name, key = %self.key, ?status, recorded, "idempotent call finished");
+        if let Some(context) = &self.context {
+            context.set_last_outcome(record);
+        }
+    }
+
+    fn replay<T: DeserializeOwned, E: IdempotentError>(
+        &self,
+        envelope: &Envelope,
+        lifetime: Lifetime,
+    ) -> Result<T, E> {
+        match envelope.decode::<T, E>() {
+            Ok(outcome) => {
+                self.record(CallStatus::Replayed, lifetime, true);
+                outcome
+            }
+            Err(reason) => Err(E::from(Error::Decode {
+                tool: self.spec.name.to_owned(),
+                key: self.key.to_string(),
+                reason,
+            })),
+        }
+    }
+}

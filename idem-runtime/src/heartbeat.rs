@@ -1,0 +1,157 @@
+//! Lease renewal: while a body runs, its owner extends the claim's lease every `heartbeat`
+//! with a compare-and-set on its owner token, so a live owner is never taken over however
+//! long its body runs, and a dead one is taken over at most one lease after its last
+//! renewal (contract L1, L2).
+//!
+//! Renewals run on the engine's clock (tests move a manual clock; nothing sleeps for real):
+//! the first one `heartbeat` after the claim, then one `heartbeat` after each success. An
+//! async body's heartbeat is polled alongside the body, inside the caller's future, and so
+//! stops when that future is dropped; a sync body's heartbeat runs on a task
+//! ([`Heartbeat::spawn`]) that is aborted when the call ends. A body that returns within
+//! `heartbeat` costs no renewal.
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+
+use crate::attempt::FencedSignal;
+use crate::clock::{Clock, Timestamp};
+use crate::key::IdempotencyKey;
+use crate::store::{OwnerToken, RenewRequest, Store};
+
+/// After a renewal that failed with a store error, the next try comes this soon at the
+/// latest (or one heartbeat, if shorter).
+const RETRY_AFTER_STORE_ERROR: Duration = Duration::from_secs(1);
+
+/// One claim's lease renewal. Clones share the schedule and the fenced signal.
+#[derive(Clone, Debug)]
+pub(crate) struct Heartbeat {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    key: IdempotencyKey,
+    owner: OwnerToken,
+    tool: &'static str,
+    lease: Duration,
+    every: Duration,
+    /// When the next renewal is due (engine clock, ms).
+    next_at: Arc<AtomicU64>,
+    fenced: Arc<FencedSignal>,
+}
+
+/// The parts of a claim a heartbeat renews.
+pub(crate) struct Lease {
+    pub(crate) tool: &'static str,
+    pub(crate) owner: OwnerToken,
+    pub(crate) claimed_at: Timestamp,
+    pub(crate) lease: Duration,
+    /// `None`: no renewal (a zero lease).
+    pub(crate) every: Option<Duration>,
+}
+
+impl Heartbeat {
+    pub(crate) fn new(
+        store: &Arc<dyn Store>,
+        clock: &Arc<dyn Clock>,
+        key: &IdempotencyKey,
+        lease: Lease,
+        fenced: &Arc<FencedSignal>,
+    ) -> Option<Self> {
+        let every = lease.every?;
+        Some(Heartbeat {
+            store: Arc::clone(store),
+            clock: Arc::clone(clock),
+            key: key.clone(),
+            owner: lease.owner,
+            tool: lease.tool,
+            lease: lease.lease,
+            every,
+            next_at: Arc::new(AtomicU64::new(
+                lease.claimed_at.saturating_add(every).as_millis(),
+            )),
+            fenced: Arc::clone(fenced),
+        })
+    }
+
+    /// Renews the lease on schedule until a renewal finds the claim lost (then sets the
+    /// fenced signal and returns). Never returns while the claim holds.
+    async fn beat(self) {
+        loop {
+            let due = Timestamp::from_millis(self.next_at.load(Ordering::SeqCst));
+            self.clock.sleep_until(due).await;
+            let now = self.clock.now();
+            let request = RenewRequest {
+                key: &self.key,
+                owner: self.owner,
+                now,
+                lease_until: now.saturating_add(self.lease),
+            };
+            let next = match self.store.renew(request).await {
+                Ok(true) => now.saturating_add(self.every),
+                Ok(false) => {
+                    tracing::warn!(tool = self.tool, key = %self.key, "lease renewal found the claim lost (another caller took over after this owner stalled longer than the lease); the body is fenced and its outcome will not be saved");
+                    self.fenced.set();
+                    return;
+                }
+                Err(error) => {
+                    tracing::warn!(tool = self.tool, key = %self.key, %error, "lease renewal failed; trying again");
+                    now.saturating_add(self.every.min(RETRY_AFTER_STORE_ERROR))
+                }
+            };
+            self.next_at.store(next.as_millis(), Ordering::SeqCst);
+        }
+    }
+
+    /// Runs `work` with this heartbeat polled alongside it (an async body, a reconcile
+    /// function, the final store write). The heartbeat is first polled only after `work`
+    /// returned `Pending` once, so work that is ready at once pays nothing for it.
+    pub(crate) async fn alongside<F: Future>(heartbeat: Option<&Heartbeat>, work: F) -> F::Output {
+        let Some(heartbeat) = heartbeat else {
+            return work.await;
+        };
+        let mut work = pin!(work);
+        let mut beat = pin!(heartbeat.clone().beat());
+        let mut beating = true;
+        std::future::poll_fn(move |cx| {
+            if let Poll::Ready(output) = work.as_mut().poll(cx) {
+                return Poll::Ready(output);
+            }
+            if beating && beat.as_mut().poll(cx).is_ready() {
+                beating = false;
+            }
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// Starts this heartbeat on a task of its own, for a sync body that blocks its thread:
+    /// on the current tokio runtime when the store needs that runtime's I/O (a sync tool
+    /// on a multi-thread runtime), else on idem's background runtime. Aborted when the
+    /// returned guard drops.
+    pub(crate) fn spawn(&self, needs_runtime_io: bool) -> Option<Beating> {
+        let runtime = if needs_runtime_io {
+            tokio::runtime::Handle::try_current().ok()
+        } else {
+            crate::detach::background().cloned()
+        };
+        let Some(runtime) = runtime else {
+            tracing::warn!(tool = self.tool, key = %self.key, "no runtime to renew the lease on; the body runs without renewals");
+            return None;
+        };
+        Some(Beating(runtime.spawn(self.clone().beat())))
+    }
+}
+
+/// A heartbeat running on a task; aborted on drop.
+#[derive(Debug)]
+pub(crate) struct Beating(JoinHandle<()>);
+
+impl Drop for Beating {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

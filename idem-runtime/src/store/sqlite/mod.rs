@@ -1,0 +1,377 @@
+//! The SQLite store: one file, survives restarts, shared by processes on one machine.
+//!
+//! Enabled by the `sqlite` cargo feature. Built on [`rusqlite`] 0.32 with its `bundled`
+//! feature, which links `libsqlite3-sys` 0.30: the version sqlx 0.8 links, so this store
+//! and sqlx's SQLite driver can sit in one build (cargo allows one `libsqlite3-sys`).
+//!
+//! # Schema (version 2)
+//!
+//! Created on first use, inside one `BEGIN IMMEDIATE` transaction, next to any tables the
+//! file already holds (every name starts with `idem_`). The file then holds:
+//!
+//! ```sql
+//! CREATE TABLE idem_meta (
+//!     name  TEXT PRIMARY KEY NOT NULL,  -- 'schema_version'
+//!     value INTEGER NOT NULL            -- 2
+//! );
+//! CREATE TABLE idem_records (
+//!     key           TEXT PRIMARY KEY NOT NULL, -- the idempotency key (64 hex digits)
+//!     fingerprint   TEXT NOT NULL,             -- 64 hex digits (S9)
+//!     created_at    INTEGER NOT NULL,          -- ms since the Unix epoch
+//!     expires_at    INTEGER NOT NULL,          -- ms; live while now < expires_at (S8)
+//!     owner         TEXT,     -- in progress or outcome unknown: owner token, 32 hex digits
+//!     lease_until   INTEGER,  -- in progress or outcome unknown: lease deadline, ms (S6, L1)
+//!     outcome       TEXT,     -- completed: the envelope JSON, verbatim (S11)
+//!     completed_at  INTEGER,  -- completed: ms
+//!     fence         INTEGER NOT NULL DEFAULT 1 CHECK (fence >= 1),  -- fencing token (F1)
+//!     unknown_since INTEGER   -- outcome unknown: when that run claimed the key, ms (U1)
+//!         CHECK (unknown_since IS NULL OR outcome IS NULL),
+//!     CHECK ((owner IS NOT NULL AND lease_until IS NOT NULL
+//!             AND outcome IS NULL AND completed_at IS NULL)
+//!         OR (owner IS NULL AND lease_until IS NULL
+//!             AND outcome IS NOT NULL AND completed_at IS NOT NULL))
+//! );
+//! CREATE INDEX idem_records_expires_at ON idem_records (expires_at);
+//! ```
+//!
+//! A row is in progress when `owner` is set and `unknown_since` is not, outcome unknown
+//! when both are set, and completed when `outcome` is set. Times are whole milliseconds
+//! since the Unix epoch, the unit of [`Timestamp`]; an instant at or past `i64::MAX` ms
+//! (year 292 million, reached only by a saturated `now + ttl`) is stored as `i64::MAX`, so
+//! such a record never expires for any `now` before that year (instants at or past it
+//! compare equal). Fences are stored as integers too, saturating at `i64::MAX`. Keys,
+//! fingerprints and outcomes are bound as parameters, never spliced into SQL.
+//!
+//! # Versions and migration
+//!
+//! `idem_meta` holds the schema version. Opening a file of an older version migrates it
+//! in place, inside the set-up transaction, so it is all or nothing and happens once when
+//! several processes open the file together. Version 1 (no `fence`, no `unknown_since`)
+//! becomes version 2 by `ALTER TABLE idem_records ADD COLUMN` of the two columns, without
+//! rewriting a row: every stored record keeps its state and reads back with fence 1. A new
+//! file is created as version 1 and migrated by the same steps, so new and migrated files
+//! have one schema. A file of a newer version (or of a version no build wrote) is refused
+//! with [`SqliteOpenError::UnsupportedSchema`] and left untouched; so is a migrated file by
+//! a build of version 1, whose processes therefore cannot open it. Processes of such a
+//! build that already had the file open when it was migrated must be stopped: upgrade
+//! every process that shares a file together.
+//!
+//! # Operations (S2, S6, S8, F1, L1, U1)
+//!
+//! - claim: one `BEGIN IMMEDIATE` transaction runs
+//!   `INSERT … ON CONFLICT(key) DO UPDATE … WHERE idem_records.expires_at <= now RETURNING
+//!   fence` (insert if absent, with fence 1, or over an expired row, with its fence + 1)
+//!   and, when nothing was written, reads the live row.
+//! - take over, renew, mark unknown, complete, release: one compare-and-set statement
+//!   each, `UPDATE/DELETE … WHERE key = ? AND owner = ? …`. Take over also matches the
+//!   seen lease deadline and accepts a row in progress or outcome unknown; the others
+//!   accept only a row in progress (`unknown_since IS NULL`).
+//! - expiry is compared with the `now` the engine passes in, never SQLite's clock.
+//!
+//! # Garbage collection (G1)
+//!
+//! Reads treat an expired row as absent at once; rows are deleted later, and never while
+//! live. Every 1024 claims of a store, the claim's transaction deletes at most 256 rows
+//! whose `expires_at` and, unless completed, `lease_until` are at or before the cutoff
+//! `min(claim's now, this machine's wall clock) − GC_DRIFT_MARGIN_MS − 1 ms`
+//! ([`GC_DRIFT_MARGIN_MS`](super::GC_DRIFT_MARGIN_MS) is one hour, room for drift between
+//! callers). The wall clock is the store's own clock: every process sharing the file runs
+//! on this machine, so an engine whose clock runs ahead, by an hour or by a year, deletes
+//! nothing that this machine still sees live, neither another caller's claim nor its saved
+//! outcome. [`SqliteStore::collect_garbage`] deletes, on demand, every row that is garbage
+//! at the `now` it is given (also capped by the wall clock, without the margin).
+//!
+//! # Concurrency
+//!
+//! The file is opened in WAL mode with a 5 s busy timeout, so several stores (in one
+//! process or in several) can share it: writes are serialised by SQLite's write lock, and
+//! a writer waits for it up to the busy timeout before failing with
+//! [`StoreErrorKind::Unavailable`](super::StoreErrorKind::Unavailable). Within one
+//! `SqliteStore` the single connection is behind a mutex. `synchronous` stays at SQLite's
+//! default (`FULL`), so a saved outcome survives a power loss once [`Store::complete`]
+//! returned.
+//!
+//! # Blocking
+//!
+//! SQLite calls block the calling thread. Inside a tokio runtime each operation runs on
+//! the runtime's blocking pool (`tokio::task::spawn_blocking`), so an executor thread is
+//! never blocked by a busy file; outside any tokio runtime the operation runs inline and
+//! the returned future is ready at once, so sync tools (`run_blocking`) need no runtime.
+//! If a caller drops a claim or takeover future while its statement is still running on
+//! the blocking pool, and the statement then acquires the claim, the store releases it at
+//! once on the runtime (S7) rather than leaving it in progress until its lease lapses.
+//! [`Store::watch`] returns `None`: another process's change cannot be signalled, so
+//! waiting duplicates poll with backoff (S5), after a completion or a mark-unknown alike.
+
+mod error;
+mod schema;
+mod statements;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use rusqlite::Connection;
+
+pub use self::error::SqliteOpenError;
+pub use self::schema::SQLITE_SCHEMA_VERSION;
+
+use self::statements::{ClaimValues, OwnerUpdate, TakeoverValues};
+use super::in_flight::{self, Undo};
+use super::{
+    gc_cutoff, Claim, ClaimRequest, Completion, MarkUnknownRequest, OwnerToken, Record,
+    RenewRequest, Store, StoreError, StoreFuture, TakeoverRequest,
+};
+use crate::clock::Timestamp;
+use crate::envelope::Envelope;
+use crate::key::IdempotencyKey;
+
+/// How many claims of one store between two garbage collections.
+const COLLECT_EVERY: u64 = 1024;
+
+/// How many garbage rows one garbage collection during a claim deletes at most.
+const COLLECT_BATCH: i64 = 256;
+
+const BACKEND: &str = "sqlite";
+
+/// A [`Store`] in one SQLite file (or an in-memory database), for one machine: records
+/// survive restarts, and every process that opens the same file shares them (S2 across
+/// processes). See the [module documentation](self) for the schema and its migration, the
+/// statements, garbage collection and how blocking calls are kept off async executor
+/// threads.
+///
+/// Cheap to clone: clones share one connection.
+///
+/// ```
+/// # extern crate idem_runtime as idem;
+/// use idem::{Engine, SqliteStore, SystemClock};
+/// // `SqliteStore::open("agent.sqlite3")` for a file that survives restarts.
+/// let store = SqliteStore::open_in_memory()?;
+/// let engine = Engine::new(store, SystemClock);
+/// assert_eq!(engine.store().backend(), "sqlite");
+/// # Ok::<(), idem::SqliteOpenError>(())
+/// ```
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    conn: Mutex<Connection>,
+    path: PathBuf,
+    claims: AtomicU64,
+    /// Transactions and statements run against the file ([`Store::round_trips`]).
+    round_trips: AtomicU64,
+}
+
+impl SqliteStore {
+    /// Opens (creating it if absent) the store in the file at `path`: WAL mode, a 5 s busy
+    /// timeout, and the schema created on first use or migrated from an older version.
+    ///
+    /// # Errors
+    /// [`SqliteOpenError::Open`] when the file cannot be opened or created,
+    /// [`SqliteOpenError::Setup`] when WAL mode or the schema cannot be set up (or an older
+    /// schema cannot be migrated; the file is then left as it was),
+    /// [`SqliteOpenError::UnsupportedSchema`] when the file holds a newer schema version.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, SqliteOpenError> {
+        let path = path.as_ref().to_path_buf();
+        let conn = Connection::open(&path).map_err(|e| SqliteOpenError::Open {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        Self::set_up(conn, path, true)
+    }
+
+    /// A store in a private in-memory database, forgotten when the store is dropped: for
+    /// tests. Its path is reported as `:memory:`.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
+    pub fn open_in_memory() -> Result<Self, SqliteOpenError> {
+        let path = PathBuf::from(":memory:");
+        let conn = Connection::open_in_memory().map_err(|e| SqliteOpenError::Open {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        Self::set_up(conn, path, false)
+    }
+
+    fn set_up(mut conn: Connection, path: PathBuf, wal: bool) -> Result<Self, SqliteOpenError> {
+        schema::set_up(&mut conn, &path, wal)?;
+        Ok(SqliteStore {
+            inner: Arc::new(Inner {
+                conn: Mutex::new(conn),
+                path,
+                claims: AtomicU64::new(0),
+                round_trips: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// The file this store opened (`:memory:` for an in-memory database).
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Deletes every record that is garbage at `now` (ms since the Unix epoch) and returns
+    /// how many: expired at or before `now` and, unless completed, with its lease lapsed at
+    /// or before `now` too. `now` is capped by this machine's wall clock, so a `now` ahead
+    /// of it deletes nothing the wall clock still sees live (G1). No drift margin is
+    /// applied: pass a time no later than every caller's clock (for example
+    /// `now − GC_DRIFT_MARGIN_MS`) when callers' clocks may lag this machine's. Live
+    /// records are never deleted (S8). One statement; runs inline: call it from a
+    /// blocking context.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the statement fails (for example the write lock stayed busy
+    /// past the busy timeout).
+    pub fn collect_garbage(&self, now: Timestamp) -> Result<usize, StoreError> {
+        let cutoff = now.min(crate::clock::system_now());
+        self.inner
+            .with(|conn, path| statements::collect(conn, path, cutoff, -1))
+    }
+
+    /// Runs `op` on the connection: on the tokio blocking pool inside a tokio runtime,
+    /// inline otherwise (see the module documentation).
+    ///
+    /// `undo` is for operations that may acquire a claim (claim, take over): if the caller
+    /// drops the future while `op` is still running on the blocking pool, and `op` then
+    /// reports (by `undo.acquired`) that it acquired the claim of `undo.key`, the claim is
+    /// released at once instead of staying in progress until its lease lapses (S7).
+    fn run<T, F>(&self, op: F, undo: Option<Undo<T>>) -> StoreFuture<'static, T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection, &Path) -> Result<T, StoreError> + Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return Box::pin(std::future::ready(inner.with(op)));
+        };
+        let task = runtime.spawn_blocking(move || inner.with(op));
+        in_flight::awaited(
+            task,
+            runtime,
+            Arc::new(self.clone()),
+            undo,
+            BACKEND,
+            "a SQLite call",
+        )
+    }
+}
+
+impl Inner {
+    fn with<T>(
+        &self,
+        op: impl FnOnce(&mut Connection, &Path) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        // A panic while the lock was held cannot leave a half-applied change: every write
+        // is one statement or one transaction, which SQLite rolls back if not committed.
+        let mut conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+        // Every `op` is one transaction or one statement: one round trip.
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        op(&mut conn, &self.path)
+    }
+}
+
+impl fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.inner.path)
+            .finish()
+    }
+}
+
+impl Store for SqliteStore {
+    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, Claim> {
+        let values = ClaimValues::of(&req);
+        let due =
+            self.inner.claims.fetch_add(1, Ordering::Relaxed) % COLLECT_EVERY == COLLECT_EVERY - 1;
+        // G1: judged by the claim's clock and this machine's, with the drift margin.
+        let collect = due
+            .then(|| gc_cutoff(req.now))
+            .flatten()
+            .map(|cutoff| (cutoff, COLLECT_BATCH));
+        let undo = Undo {
+            key: req.key.clone(),
+            owner: req.owner,
+            acquired: |claim: &Claim| matches!(claim, Claim::Acquired { .. }),
+        };
+        self.run(
+            move |conn, path| statements::claim(conn, path, &values, collect),
+            Some(undo),
+        )
+    }
+
+    fn take_over<'a>(&'a self, req: TakeoverRequest<'a>) -> StoreFuture<'a, bool> {
+        let values = TakeoverValues::of(&req);
+        let undo = Undo {
+            key: req.key.clone(),
+            owner: req.owner,
+            acquired: |taken: &bool| *taken,
+        };
+        self.run(
+            move |conn, path| statements::take_over(conn, path, &values),
+            Some(undo),
+        )
+    }
+
+    fn renew<'a>(&'a self, req: RenewRequest<'a>) -> StoreFuture<'a, bool> {
+        let values = OwnerUpdate::renew(&req);
+        self.run(
+            move |conn, path| statements::renew(conn, path, &values),
+            None,
+        )
+    }
+
+    /// No waiter is woken by a signal ([`Store::watch`] is `None`): waiters poll.
+    fn mark_unknown<'a>(&'a self, req: MarkUnknownRequest<'a>) -> StoreFuture<'a, bool> {
+        let values = OwnerUpdate::mark_unknown(&req);
+        self.run(
+            move |conn, path| statements::mark_unknown(conn, path, &values),
+            None,
+        )
+    }
+
+    fn complete<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        owner: OwnerToken,
+        outcome: &'a Envelope,
+        now: Timestamp,
+    ) -> StoreFuture<'a, Completion> {
+        let (key, outcome) = (key.as_str().to_owned(), outcome.clone());
+        self.run(
+            move |conn, path| statements::complete(conn, path, &key, owner, &outcome, now),
+            None,
+        )
+    }
+
+    fn release<'a>(&'a self, key: &'a IdempotencyKey, owner: OwnerToken) -> StoreFuture<'a, bool> {
+        let key = key.as_str().to_owned();
+        self.run(
+            move |conn, path| statements::release(conn, path, &key, owner),
+            None,
+        )
+    }
+
+    fn read<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        now: Timestamp,
+    ) -> StoreFuture<'a, Option<Record>> {
+        let key = key.as_str().to_owned();
+        self.run(
+            move |conn, path| statements::read_live(conn, path, &key, now),
+            None,
+        )
+    }
+
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn round_trips(&self) -> Option<u64> {
+        Some(self.inner.round_trips.load(Ordering::Relaxed))
+    }
+}
