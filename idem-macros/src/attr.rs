@@ -1,5 +1,5 @@
 //! The grammar of `#[idempotent(…)]`: options parsed into a typed value that keeps the
-//! span of every token a later error may point at (contract C3, K6–K8, S8, L1, U1–U3).
+//! span of every token a later error may point at (contract C3, K6–K8, S8, L1, U3, U4).
 //!
 //! ```text
 //! options  := (option ("," option)* ","?)?
@@ -42,7 +42,7 @@ pub(crate) enum ScopeKind {
 }
 
 /// What happens to a claim whose body was cancelled (its future dropped) or panicked after
-/// it began (U3).
+/// it began (U4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum OnCancel {
     /// The key stays held, its outcome unknown, until the lease lapses: at most once.
@@ -66,9 +66,9 @@ pub(crate) struct Options {
     pub wait: Option<Spanned<Duration>>,
     /// L1: the time between two renewals of a running call's lease.
     pub heartbeat: Option<Spanned<Duration>>,
-    /// U3: what a cancelled or panicked body leaves behind.
+    /// U4: what a cancelled or panicked body leaves behind.
     pub on_cancel: Option<Spanned<OnCancel>>,
-    /// U1, U2: the fn asked whether an outcome-unknown call's effect happened.
+    /// U3: the fn asked whether the effect of a call whose outcome is unknown (U1) happened.
     pub reconcile: Option<ExprPath>,
     pub name: Option<Spanned<String>>,
     pub skip: Option<ArgList>,
@@ -408,7 +408,7 @@ fn parse_duration(lit: &LitStr, option: &str) -> syn::Result<Duration> {
     Ok(duration)
 }
 
-/// `"hold"` or `"release"` (U3).
+/// `"hold"` or `"release"` (U4).
 fn parse_on_cancel(lit: &LitStr) -> syn::Result<OnCancel> {
     let text = lit.value();
     match text.as_str() {
@@ -432,7 +432,7 @@ fn parse_on_cancel(lit: &LitStr) -> syn::Result<OnCancel> {
 }
 
 /// `reconcile = some::path`: the path of a fn, as an expression the generated code calls
-/// (U2).
+/// (U3).
 fn reconcile_path(value: &Expr) -> syn::Result<ExprPath> {
     const SHAPE: &str = "#[idempotent] option `reconcile` takes the path of a fn, like `reconcile = check_refund` or `reconcile = Self::check_refund`";
     match value {
@@ -751,7 +751,7 @@ mod tests {
         assert!(err(quote!(skip(a), skip(b))).contains("duplicate"));
     }
 
-    // pins L1, U2, U3: the three options of lease renewal and unknown outcomes parse into
+    // pins L1, U3, U4: the three options of lease renewal and unknown outcomes parse into
     // their typed values; leaving them out leaves the runtime's defaults
     #[test]
     fn parses_the_outcome_options() {
@@ -821,7 +821,7 @@ mod tests {
         assert!(!message.contains("heartbeat ("), "{message}");
     }
 
-    // pins U3, C3: `on_cancel` is "hold" or "release", nothing else
+    // pins U4, C3: `on_cancel` is "hold" or "release", nothing else
     #[test]
     fn on_cancel_is_hold_or_release() {
         let message = err(quote!(on_cancel = "drop"));
@@ -839,7 +839,7 @@ mod tests {
         assert!(err(quote!(on_cancel)).contains("takes a value: `on_cancel = \"hold\"`"));
     }
 
-    // pins U2, C3: `reconcile` names a fn by its path, never as a string or a call
+    // pins U3, C3: `reconcile` names a fn by its path, never as a string or a call
     #[test]
     fn reconcile_is_a_path() {
         let message = err(quote!(reconcile = "check_refund"));

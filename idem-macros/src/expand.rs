@@ -37,7 +37,7 @@
 //! runtime's default, a third of the lease), `on_cancel` (`::idem::OnCancel::Hold` unless
 //! `on_cancel = "release"`) and `reconcile` (whether `reconcile = PATH` is given). With
 //! `reconcile = check_refund`, the call is claimed first, and a record left
-//! outcome-unknown is settled by the reconcile fn before the body may run (U2):
+//! outcome-unknown is settled by the reconcile fn before the body may run (U3):
 //!
 //! ```text
 //!     let __idem_call = match ::idem::__private::begin::<Ret>(__idem_prepared).await {
@@ -197,9 +197,9 @@ fn spec(options: &Options, tool_name: &str) -> TokenStream {
         options.wait.as_ref(),
         quote!(::idem::ToolSpec::DEFAULT_WAIT),
     );
-    let heartbeat = match &options.heartbeat {
-        Some(_) => {
-            let every = duration(options.heartbeat.as_ref(), TokenStream::new());
+    let heartbeat = match options.heartbeat.as_ref() {
+        Some(every) => {
+            let every = duration(Some(every), TokenStream::new());
             quote!(::core::option::Option::Some(#every))
         }
         None => quote!(::core::option::Option::None),
@@ -234,7 +234,6 @@ fn spec(options: &Options, tool_name: &str) -> TokenStream {
             on_cancel: #on_cancel,
             reconcile: #reconcile,
             store: #store,
-            ..::idem::ToolSpec::new(#tool_name)
         };
     }
 }
@@ -419,7 +418,7 @@ fn rewrite(tool: &ToolFn, options: &Options, tool_name: &str) -> TokenStream {
     let (range, checked_output) = (checked.range, &checked.tokens);
     let is_async = sig.asyncness.is_some();
     // Without `reconcile`, the body runs straight from the prepared call; with it, the
-    // claim comes first, then the reconcile fn when the record is outcome-unknown (U2).
+    // claim comes first, then the reconcile fn when the record is outcome-unknown (U1, U3).
     let (protocol, claim) = match &options.reconcile {
         Some(path) => (
             reconcile(tool, path, &checked, is_async),
@@ -466,14 +465,15 @@ fn rewrite(tool: &ToolFn, options: &Options, tool_name: &str) -> TokenStream {
     }
 }
 
-/// U2: claims the call, and when the record is outcome-unknown asks the reconcile fn
+/// U3: claims the call, and when the record is outcome-unknown asks the reconcile fn
 /// whether the effect happened before the body may run again. Binds `__idem_call`, the
 /// claimed call, or returns the settled outcome.
 ///
 /// The reconcile fn gets the receiver (`&*self`, shared), every parameter by shared
 /// reference, then `&AttemptInfo`; the borrows end with the verdict, before the body
-/// moves the parameters. Its call and the `settle` call are spanned at the path, so an
-/// error about its arguments or its verdict points there.
+/// moves the parameters. Its call is spanned at the path, and so is the part of `settle`
+/// where rustc reports a verdict that does not fit: an error about the reconcile fn's
+/// arguments or its return type points at the path.
 fn reconcile(
     tool: &ToolFn,
     path: &syn::ExprPath,
@@ -498,33 +498,67 @@ fn reconcile(
     };
 
     let at = span_range(path);
+    // The arguments are located at the path, so that an argument that does not fit is
+    // reported there. They keep the macro's hygiene (the user's names resolve at the call
+    // site, the rebound pattern arguments and the attempt at the mixed site): rustc then
+    // treats them as generated and offers no edit of the attribute.
+    let (here, generated) = (
+        Span::call_site().located_at(at.1),
+        Span::mixed_site().located_at(at.1),
+    );
+    let moved = |ident: &Ident, span: Span| {
+        let mut ident = ident.clone();
+        ident.set_span(span);
+        ident
+    };
     let mut args = Vec::new();
     if let Some(receiver) = tool.item.sig.receiver() {
-        let this = Ident::new("self", receiver.self_token.span);
+        let this = Ident::new("self", here);
         let by_value = matches!(
             item::peel(&receiver.ty),
             Type::Path(p) if p.qself.is_none() && p.path.is_ident("Self")
         );
         args.push(if by_value {
-            quote!(&#this)
+            quote_spanned!(here=> &#this)
         } else {
-            quote!(&*#this)
+            quote_spanned!(here=> &*#this)
         });
     }
     args.extend(tool.params.iter().map(|param| {
-        let binding = &param.binding;
-        quote!(&#binding)
+        let span = if param.pattern.is_some() {
+            generated
+        } else {
+            here
+        };
+        let binding = moved(&param.binding, span);
+        quote_spanned!(here=> &#binding)
     }));
-    args.push(quote!(&#attempt));
-    let args = relocate(quote!(#(#args),*), at.1);
+    let attempt_arg = moved(&attempt, generated);
+    args.push(quote_spanned!(here=> &#attempt_arg));
+    let args = quote_spanned!(here=> #(#args),*);
     let check = spanned_call(at, path.to_token_stream(), args, TokenStream::new());
 
-    let settled = spanned_call(
-        at,
-        respan(quote!(::idem::__private::#settle::<#output, _>), at.0),
-        quote!(#call, #verdict),
-        suffix.clone(),
-    );
+    // Where rustc reports a verdict that does not fit: at the explicit `_` of `settle_blocking`;
+    // at the whole call of the async `settle` (its future carries the bounds). So the sync
+    // call names the return type where the tool's other protocol calls do (a return type
+    // that does not fit is reported once, there) and only `_` at the path; the async call is
+    // at the path entirely.
+    let infer = respan(quote!(_), at.0);
+    let settled = if is_async {
+        spanned_call(
+            at,
+            respan(quote!(::idem::__private::#settle::<#output, #infer>), at.0),
+            quote!(#call, #verdict),
+            suffix.clone(),
+        )
+    } else {
+        spanned_call(
+            checked.range,
+            quote_spanned!(span=> ::idem::__private::#settle::<#output, #infer>),
+            quote!(#call, #verdict),
+            TokenStream::new(),
+        )
+    };
     let begun = spanned_call(
         checked.range,
         quote_spanned!(span=> ::idem::__private::#begin::<#output>),
@@ -549,24 +583,6 @@ fn reconcile(
     }
 }
 
-/// `tokens` moved to the location `at`, each keeping its hygiene (what names it sees).
-fn relocate(tokens: TokenStream, at: Span) -> TokenStream {
-    tokens
-        .into_iter()
-        .map(|token| match token {
-            TokenTree::Group(group) => {
-                let mut moved = Group::new(group.delimiter(), relocate(group.stream(), at));
-                moved.set_span(group.span().located_at(at));
-                TokenTree::Group(moved)
-            }
-            mut other => {
-                other.set_span(other.span().located_at(at));
-                other
-            }
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -575,7 +591,7 @@ mod tests {
         expand(args, item).to_string()
     }
 
-    // pins L1, U2, U3: the options reach the tool's spec
+    // pins L1, U3, U4: the options reach the tool's spec
     #[test]
     fn spec_carries_the_outcome_options() {
         let output = expanded(
@@ -625,7 +641,7 @@ mod tests {
         assert!(!output.contains("__private :: begin"), "{output}");
     }
 
-    // pins U2: a reconciling tool claims, reconciles an outcome-unknown record with every
+    // pins U3: a reconciling tool claims, reconciles an outcome-unknown record with every
     // parameter (receiver first, shared) by reference then the attempt, and runs the body
     // on the claimed call
     #[test]
