@@ -8,8 +8,8 @@ use idem::dispatch::{parse_turns, Conversation, Dispatcher, Tool};
 use idem::envelope::Envelope;
 use idem::key::IdempotencyKey;
 use idem::store::{
-    ChangeSignal, Claim, ClaimRequest, Completion, MarkUnknownRequest, OwnerToken, Record, RenewRequest,
-    StoreFuture, TakeoverRequest,
+    ChangeSignal, Claim, ClaimRequest, Completion, MarkUnknownRequest, OwnerToken, Record,
+    RenewRequest, StoreFuture, TakeoverRequest,
 };
 use idem::testkit::{EffectLog, ManualClock};
 use idem::{idempotent, CallContext, Engine, MemoryStore, Store, Timestamp, ToolError};

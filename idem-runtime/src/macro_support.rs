@@ -13,11 +13,11 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
 use crate::call::{ClaimedCall, PreparedCall};
-use crate::reconcile::ReconcileVerdict;
 use crate::context::CallContext;
 use crate::dispatch::Tool;
 use crate::error::Error;
 use crate::outcome::IdempotentError;
+use crate::reconcile::ReconcileVerdict;
 
 pub use serde;
 pub use serde_json;
@@ -145,6 +145,9 @@ where
 }
 
 /// How far [`begin`] or [`settle`] got: the tool's answer, or a claim to go on with.
+// Returned once per call and matched at once, never stored: boxing would only add an
+// allocation.
+#[allow(clippy::large_enum_variant)]
 pub enum Begun<R> {
     /// The call is answered (a replay, a reconciled outcome, a layer error).
     Done(R),

@@ -1,7 +1,9 @@
 //! The store conformance suite (contract S1–S12) on the PostgreSQL store, then what only a
 //! shared server can show: two stores (two pools) on one schema, a new store replaying what
-//! an old one saved, garbage collection, the schema version, typed errors, and the sync path
-//! without a runtime refused.
+//! an old one saved, garbage collection (judged by the server's clock too, G1), the schema
+//! version and the migration from version 1, typed errors, and the sync path without a
+//! runtime refused; and the store-level rules of issue 7: fencing tokens (F1), the
+//! heartbeat (L1) and unknown outcomes (U1).
 //!
 //! The server is `IDEM_TEST_POSTGRES_URL` (default `postgres://postgres@127.0.0.1:5432/test`).
 //! Every store made here lives in a fresh schema `idem_test_<32 hex digits>`, dropped when
@@ -17,10 +19,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_runtime::store::{OwnerToken, RecordState, POSTGRES_SCHEMA_VERSION};
+use idem_runtime::store::{
+    Claim, ClaimRequest, Completion, MarkUnknownRequest, OwnerToken, Record, RecordState,
+    RenewRequest, TakeoverRequest, POSTGRES_SCHEMA_VERSION,
+};
 use idem_runtime::{
-    prepare, CallContext, Engine, PostgresConnectError, PostgresStore, Store, StoreErrorKind,
-    ToolError,
+    prepare, CallContext, Clock, Engine, Envelope, Fingerprint, IdempotencyKey,
+    PostgresConnectError, PostgresStore, Store, StoreErrorKind, SystemClock, Timestamp, ToolError,
 };
 use support::{default_spec, refund, Harness, TestStore};
 
@@ -77,6 +82,42 @@ impl Schema {
         if let Err(e) = self.try_admin(sql) {
             panic!("admin statement: {e}");
         }
+    }
+
+    /// The first column of the first row `sql` answers (`{schema}` as in `try_admin`), as
+    /// text; `None` when it answers no row or NULL.
+    fn admin_value(&self, sql: &str) -> Option<String> {
+        let (url, sql) = (
+            url(),
+            sql.replace("{schema}", &format!("\"{}\"", self.name)),
+        );
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            runtime.block_on(async {
+                let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                    .await
+                    .expect("the test server");
+                tokio::spawn(connection);
+                let messages = client.simple_query(&sql).await.expect(&sql);
+                messages.into_iter().find_map(|message| match message {
+                    tokio_postgres::SimpleQueryMessage::Row(row) => {
+                        Some(row.get(0).map(str::to_owned))
+                    }
+                    _ => None,
+                })?
+            })
+        })
+        .join()
+        .expect("the admin thread")
+    }
+
+    /// The schema version the meta table holds, if any.
+    fn version(&self) -> Option<i64> {
+        self.admin_value("SELECT value FROM {schema}.meta WHERE name = 'schema_version'")
+            .map(|text| text.parse().expect("a number"))
     }
 }
 
@@ -309,7 +350,8 @@ async fn errors_are_typed_and_name_the_url_without_its_password() {
     assert_eq!(h.log.len(), 0, "no body runs without a claim");
 }
 
-// pins S10: a schema of another version is refused (Unsupported), not touched
+// pins S10: a schema of another version (newer than this build, or older than version 1) is
+// refused (Unsupported), not touched
 #[tokio::test]
 async fn another_schema_version_is_refused() {
     let schema = Schema::fresh();
@@ -319,14 +361,22 @@ async fn another_schema_version_is_refused() {
     });
     let ctx = h.ctx("conv_version");
     assert_eq!(refund(default_spec(), &ctx, &h.log, 1).await, Ok(100));
-    assert_eq!(POSTGRES_SCHEMA_VERSION, 1);
-    schema.admin("UPDATE {schema}.meta SET value = 99 WHERE name = 'schema_version'");
-    let newer = schema.store();
+    assert_eq!(POSTGRES_SCHEMA_VERSION, 2);
     let key = ctx.last_outcome().unwrap().key;
-    let error = newer.read(&key, h.now()).await.unwrap_err();
-    assert_eq!(error.kind, StoreErrorKind::Unsupported, "{error}");
-    assert!(error.message.contains("version 99"), "{error}");
-    assert!(error.message.contains(&schema.name), "{error}");
+    for version in [99, 0] {
+        schema.admin(&format!(
+            "UPDATE {{schema}}.meta SET value = {version} WHERE name = 'schema_version'"
+        ));
+        let other = schema.store();
+        let error = other.read(&key, h.now()).await.unwrap_err();
+        assert_eq!(error.kind, StoreErrorKind::Unsupported, "{error}");
+        assert!(
+            error.message.contains(&format!("version {version}")),
+            "{error}"
+        );
+        assert!(error.message.contains(&schema.name), "{error}");
+        assert_eq!(schema.version(), Some(version), "left untouched");
+    }
     assert!(h.store.read(&key, h.now()).await.unwrap().is_some());
 }
 
@@ -368,4 +418,778 @@ async fn corrupt_rows_are_typed_errors() {
     }
     assert!(h.store.read(&key, h.now()).await.unwrap().is_some());
     assert_eq!(h.log.len(), 1, "the body never ran on a corrupt record");
+}
+
+// ---- fencing tokens, heartbeat, outcome unknown, garbage collection, migration (issue 7) ----
+
+/// A store-level key: `n` as 64 hex digits.
+fn raw_key(n: u64) -> IdempotencyKey {
+    IdempotencyKey::from_hex(&format!("{n:064x}")).expect("64 hex digits")
+}
+
+fn fp(n: u8) -> Fingerprint {
+    Fingerprint::from_hex(&format!("{n:02x}").repeat(32)).expect("64 hex digits")
+}
+
+fn at(ms: u64) -> Timestamp {
+    Timestamp::from_millis(ms)
+}
+
+fn claim_at(
+    key: &IdempotencyKey,
+    owner: OwnerToken,
+    now: u64,
+    lease_until: u64,
+    expires_at: u64,
+) -> ClaimRequest<'_> {
+    // One fingerprint for every store-level claim here (`fp(7)`).
+    static FINGERPRINT: std::sync::OnceLock<Fingerprint> = std::sync::OnceLock::new();
+    ClaimRequest {
+        key,
+        fingerprint: FINGERPRINT.get_or_init(|| fp(7)),
+        owner,
+        now: at(now),
+        lease_until: at(lease_until),
+        expires_at: at(expires_at),
+    }
+}
+
+fn ok_envelope() -> Envelope {
+    Envelope::from_stored("{\"ok\":true}".to_owned())
+}
+
+/// The record of `key` at `now`; panics when there is none.
+async fn record(store: &PostgresStore, key: &IdempotencyKey, now: u64) -> Record {
+    store
+        .read(key, at(now))
+        .await
+        .expect("read")
+        .unwrap_or_else(|| panic!("a live record of {key} at {now}"))
+}
+
+/// The round trips `op` costs on `store`.
+async fn costs<T>(store: &PostgresStore, op: impl std::future::Future<Output = T>) -> (T, u64) {
+    let before = store.round_trips().expect("counted");
+    let out = op.await;
+    (out, store.round_trips().expect("counted") - before)
+}
+
+// pins F1: the fence strictly increases per key: a first claim gets 1, each takeover stores the
+// caller's seen fence + 1, and a claim over an expired record the store still holds (in
+// progress or completed) gets that record's fence + 1; a released (deleted) key starts at 1
+#[tokio::test]
+async fn fences_increase_across_claims_takeovers_and_expiry() {
+    let schema = Schema::fresh();
+    let store = schema.store();
+    let key = raw_key(1);
+    let (a, b, c, d, e) = (
+        OwnerToken::random(),
+        OwnerToken::random(),
+        OwnerToken::random(),
+        OwnerToken::random(),
+        OwnerToken::random(),
+    );
+    assert_eq!(
+        store.claim(claim_at(&key, a, 0, 100, 1_000)).await,
+        Ok(Claim::Acquired { fence: 1 })
+    );
+    let mut seen = record(&store, &key, 0).await;
+    assert_eq!(seen.fence, 1);
+    for (owner, seen_owner, now) in [(b, a, 100), (c, b, 200)] {
+        let seen_lease_until = match seen.state {
+            RecordState::InProgress { lease_until, .. } => lease_until,
+            other => panic!("in progress, got {other:?}"),
+        };
+        let takeover = TakeoverRequest {
+            key: &key,
+            seen_owner,
+            seen_lease_until,
+            owner,
+            now: at(now),
+            lease_until: at(now + 100),
+            expires_at: at(now + 1_000),
+            fence: seen.fence + 1,
+        };
+        assert_eq!(store.take_over(takeover).await, Ok(true));
+        let next = record(&store, &key, now).await;
+        assert!(next.fence > seen.fence, "{next:?} after {seen:?}");
+        assert_eq!(next.fence, seen.fence + 1);
+        assert_eq!(next.created_at, at(now));
+        assert_eq!(
+            next.state,
+            RecordState::InProgress {
+                owner,
+                lease_until: at(now + 100)
+            }
+        );
+        seen = next;
+    }
+    assert_eq!(seen.fence, 3);
+    // expired in progress (at 1_200): a new claim passes the fence on
+    assert_eq!(
+        store.claim(claim_at(&key, d, 1_200, 1_300, 2_000)).await,
+        Ok(Claim::Acquired { fence: 4 })
+    );
+    assert_eq!(
+        store.complete(&key, d, &ok_envelope(), at(1_250)).await,
+        Ok(Completion::Saved)
+    );
+    assert_eq!(
+        record(&store, &key, 1_250).await.fence,
+        4,
+        "kept when completed"
+    );
+    // expired completed (at 2_000): the fence goes on
+    assert_eq!(
+        store.claim(claim_at(&key, e, 2_000, 2_100, 3_000)).await,
+        Ok(Claim::Acquired { fence: 5 })
+    );
+    let live = record(&store, &key, 2_000).await;
+    assert_eq!(live.fence, 5);
+    assert_eq!(
+        live.state,
+        RecordState::InProgress {
+            owner: e,
+            lease_until: at(2_100)
+        }
+    );
+    // a live record is returned with its fence, untouched
+    match store.claim(claim_at(&key, a, 2_001, 2_101, 3_001)).await {
+        Ok(Claim::Existing(existing)) => assert_eq!(existing, live),
+        other => panic!("the live record, got {other:?}"),
+    }
+    // released: the store no longer holds the key, a claim starts over at 1
+    assert_eq!(store.release(&key, e).await, Ok(true));
+    assert_eq!(
+        store.claim(claim_at(&key, a, 2_002, 2_102, 3_002)).await,
+        Ok(Claim::Acquired { fence: 1 })
+    );
+    // expired with an unknown outcome (at 3_002): a new claim is in progress, fence + 1
+    let unknown = MarkUnknownRequest {
+        key: &key,
+        owner: a,
+        now: at(2_010),
+        since: at(2_002),
+    };
+    assert_eq!(store.mark_unknown(unknown).await, Ok(true));
+    assert_eq!(
+        store.claim(claim_at(&key, b, 3_002, 3_102, 4_002)).await,
+        Ok(Claim::Acquired { fence: 2 })
+    );
+    assert_eq!(
+        record(&store, &key, 3_002).await.state,
+        RecordState::InProgress {
+            owner: b,
+            lease_until: at(3_102)
+        }
+    );
+}
+
+// pins L1: renew is a compare-and-set heartbeat: the owner of a live in-progress record moves its
+// lease (one round trip); a stranger, an owner that was taken over, an expired record, a completed
+// record and a record marked unknown are not renewed, and nothing changes
+#[tokio::test]
+async fn renew_extends_only_the_owners_live_claim() {
+    let schema = Schema::fresh();
+    let store = schema.store();
+    let (key, other_key) = (raw_key(2), raw_key(3));
+    let (owner, stranger, successor) = (
+        OwnerToken::random(),
+        OwnerToken::random(),
+        OwnerToken::random(),
+    );
+    let renew = |key, owner, now: u64, lease_until: u64| RenewRequest {
+        key,
+        owner,
+        now: at(now),
+        lease_until: at(lease_until),
+    };
+    // warm-up: the renew statement prepared on the connection
+    assert!(matches!(
+        store
+            .claim(claim_at(&other_key, owner, 0, 100, 1_000))
+            .await,
+        Ok(Claim::Acquired { .. })
+    ));
+    assert_eq!(
+        store.renew(renew(&other_key, owner, 10, 200)).await,
+        Ok(true)
+    );
+
+    assert_eq!(
+        store.claim(claim_at(&key, owner, 0, 100, 1_000)).await,
+        Ok(Claim::Acquired { fence: 1 })
+    );
+    let (renewed, trips) = costs(&store, store.renew(renew(&key, owner, 50, 150))).await;
+    assert_eq!(renewed, Ok(true));
+    assert_eq!(trips, 1, "a renewal is one round trip");
+    let before = record(&store, &key, 50).await;
+    assert_eq!(
+        before.state,
+        RecordState::InProgress {
+            owner,
+            lease_until: at(150)
+        }
+    );
+    assert_eq!((before.fence, before.created_at), (1, at(0)));
+    // a heartbeat after the lease lapsed, before anyone took over, still holds it
+    assert_eq!(store.renew(renew(&key, owner, 160, 260)).await, Ok(true));
+    let before = record(&store, &key, 160).await;
+    let (refused, trips) = costs(&store, store.renew(renew(&key, stranger, 170, 999))).await;
+    assert_eq!(refused, Ok(false), "a stranger");
+    assert_eq!(trips, 1);
+    assert_eq!(
+        store.renew(renew(&key, owner, 1_000, 1_100)).await,
+        Ok(false),
+        "expired at 1_000"
+    );
+    assert_eq!(record(&store, &key, 170).await, before, "unchanged");
+    // taken over: the old owner has lost the claim
+    let takeover = TakeoverRequest {
+        key: &key,
+        seen_owner: owner,
+        seen_lease_until: at(260),
+        owner: successor,
+        now: at(300),
+        lease_until: at(400),
+        expires_at: at(1_300),
+        fence: 2,
+    };
+    assert_eq!(store.take_over(takeover).await, Ok(true));
+    assert_eq!(store.renew(renew(&key, owner, 310, 999)).await, Ok(false));
+    assert_eq!(
+        record(&store, &key, 310).await.state,
+        RecordState::InProgress {
+            owner: successor,
+            lease_until: at(400)
+        }
+    );
+    // marked unknown: nobody renews it
+    assert_eq!(
+        store
+            .mark_unknown(MarkUnknownRequest {
+                key: &key,
+                owner: successor,
+                now: at(320),
+                since: at(300),
+            })
+            .await,
+        Ok(true)
+    );
+    let unknown = record(&store, &key, 330).await;
+    assert_eq!(
+        store.renew(renew(&key, successor, 330, 999)).await,
+        Ok(false)
+    );
+    assert_eq!(record(&store, &key, 330).await, unknown, "still unknown");
+    // completed: nothing to renew
+    assert_eq!(
+        store
+            .complete(&other_key, owner, &ok_envelope(), at(20))
+            .await,
+        Ok(Completion::Saved)
+    );
+    assert_eq!(
+        store.renew(renew(&other_key, owner, 30, 999)).await,
+        Ok(false)
+    );
+    assert!(matches!(
+        record(&store, &other_key, 30).await.state,
+        RecordState::Completed { .. }
+    ));
+    // absent
+    assert_eq!(
+        store.renew(renew(&raw_key(4), owner, 30, 999)).await,
+        Ok(false)
+    );
+}
+
+// pins U1: mark_unknown is a compare-and-set on the owner of a live in-progress record (one round
+// trip): the record keeps its owner, lease, fence and times and gains `since`; complete, release,
+// renew and a second mark of the unknown record fail and change nothing; take_over with the seen
+// owner and lease (and only with them) makes it in progress again with the caller's fence
+#[tokio::test]
+async fn an_unknown_outcome_can_only_be_taken_over() {
+    let schema = Schema::fresh();
+    let store = schema.store();
+    let (key, warm) = (raw_key(5), raw_key(6));
+    let (owner, stranger, successor) = (
+        OwnerToken::random(),
+        OwnerToken::random(),
+        OwnerToken::random(),
+    );
+    let mark = |key, owner, now: u64| MarkUnknownRequest {
+        key,
+        owner,
+        now: at(now),
+        since: at(0),
+    };
+    // warm-up: the mark_unknown statement prepared on the connection
+    assert!(matches!(
+        store.claim(claim_at(&warm, owner, 0, 100, 1_000)).await,
+        Ok(Claim::Acquired { .. })
+    ));
+    assert_eq!(store.mark_unknown(mark(&warm, owner, 10)).await, Ok(true));
+
+    assert_eq!(
+        store.claim(claim_at(&key, owner, 0, 500, 10_000)).await,
+        Ok(Claim::Acquired { fence: 1 })
+    );
+    assert_eq!(
+        store.mark_unknown(mark(&key, stranger, 10)).await,
+        Ok(false)
+    );
+    assert_eq!(
+        store.mark_unknown(mark(&key, owner, 10_000)).await,
+        Ok(false),
+        "expired"
+    );
+    assert!(matches!(
+        record(&store, &key, 10).await.state,
+        RecordState::InProgress { .. }
+    ));
+    let (marked, trips) = costs(&store, store.mark_unknown(mark(&key, owner, 20))).await;
+    assert_eq!(marked, Ok(true));
+    assert_eq!(trips, 1, "marking unknown is one round trip");
+    let unknown = record(&store, &key, 20).await;
+    assert_eq!(
+        unknown.state,
+        RecordState::OutcomeUnknown {
+            owner,
+            lease_until: at(500),
+            since: at(0)
+        }
+    );
+    assert_eq!(
+        (unknown.fence, unknown.created_at, unknown.expires_at),
+        (1, at(0), at(10_000))
+    );
+    assert_eq!(unknown.fingerprint, fp(7));
+    // neither completed nor released nor marked again, by its owner or anyone
+    assert_eq!(
+        store.complete(&key, owner, &ok_envelope(), at(30)).await,
+        Ok(Completion::Fenced)
+    );
+    assert_eq!(store.release(&key, owner).await, Ok(false));
+    assert_eq!(store.mark_unknown(mark(&key, owner, 30)).await, Ok(false));
+    // a claim finds it live, as it is
+    match store.claim(claim_at(&key, stranger, 30, 130, 1_030)).await {
+        Ok(Claim::Existing(existing)) => assert_eq!(existing, unknown),
+        other => panic!("the unknown record, got {other:?}"),
+    }
+    assert_eq!(record(&store, &key, 30).await, unknown, "unchanged");
+    // take over: only with the seen owner and the seen lease
+    let takeover = |seen_owner, seen_lease_until: u64| TakeoverRequest {
+        key: &key,
+        seen_owner,
+        seen_lease_until: at(seen_lease_until),
+        owner: successor,
+        now: at(40),
+        lease_until: at(140),
+        expires_at: at(10_040),
+        fence: unknown.fence + 1,
+    };
+    assert_eq!(store.take_over(takeover(stranger, 500)).await, Ok(false));
+    assert_eq!(store.take_over(takeover(owner, 499)).await, Ok(false));
+    assert_eq!(record(&store, &key, 40).await, unknown, "unchanged");
+    assert_eq!(store.take_over(takeover(owner, 500)).await, Ok(true));
+    let taken = record(&store, &key, 40).await;
+    assert_eq!(
+        taken.state,
+        RecordState::InProgress {
+            owner: successor,
+            lease_until: at(140)
+        }
+    );
+    assert_eq!(
+        (taken.fence, taken.created_at, taken.expires_at),
+        (2, at(40), at(10_040))
+    );
+    // the old owner is fenced; the new one finishes normally
+    assert_eq!(
+        store.complete(&key, owner, &ok_envelope(), at(50)).await,
+        Ok(Completion::Fenced)
+    );
+    assert_eq!(
+        store
+            .complete(&key, successor, &ok_envelope(), at(50))
+            .await,
+        Ok(Completion::Saved)
+    );
+    assert!(matches!(
+        record(&store, &key, 50).await.state,
+        RecordState::Completed { .. }
+    ));
+}
+
+/// One year, in ms.
+const YEAR_MS: u64 = 365 * 86_400_000;
+
+/// How many claims of one store trigger its background garbage collection (the store's
+/// `COLLECT_EVERY`); the test below fails if that collection never ran.
+const CLAIMS_PER_COLLECTION: u64 = 1024;
+
+/// Plants a record that is garbage by every clock (expired at 2 s after the epoch, its lease
+/// at 1.5 s), returns its key.
+async fn plant_garbage(store: &PostgresStore, n: u64) -> IdempotencyKey {
+    let key = raw_key(n);
+    assert_eq!(
+        store
+            .claim(claim_at(&key, OwnerToken::random(), 1_000, 1_500, 2_000))
+            .await,
+        Ok(Claim::Acquired { fence: 1 })
+    );
+    key
+}
+
+/// Waits (up to 10 s) until the background collection deleted `key` (planted garbage): proof
+/// that a collection ran.
+async fn collected(store: &PostgresStore, key: &IdempotencyKey) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while store.read(key, at(1_000)).await.unwrap().is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no background collection deleted the planted garbage {key}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `count` claims of fresh keys (from `first` on) by a worker whose clock reads `now`.
+async fn claim_many(store: &PostgresStore, first: u64, count: u64, now: Timestamp) {
+    let now = now.as_millis();
+    for n in first..first + count {
+        let key = raw_key(n);
+        let claim = store
+            .claim(claim_at(
+                &key,
+                OwnerToken::random(),
+                now,
+                now + 60_000,
+                now + 86_400_000,
+            ))
+            .await;
+        assert!(matches!(claim, Ok(Claim::Acquired { .. })), "{claim:?}");
+    }
+}
+
+// pins G1: a worker whose clock runs a year ahead claims thousands of other keys (each 1024th claim
+// of its store starts a background collection, whose cutoff by that worker's clock alone would be
+// a year ahead): neither the in-progress claim of a worker with a correct clock nor, later, that
+// claim's completed outcome, nor another completed record, is deleted, while planted garbage (dead
+// by every clock) is, which shows that the collections ran
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clock_a_year_ahead_collects_nothing_live() {
+    let schema = Schema::fresh();
+    let (correct, ahead) = (schema.store(), schema.store());
+    let now = SystemClock.now().as_millis();
+    let future = at(now + YEAR_MS);
+    let (running, done) = (raw_key(10), raw_key(11));
+    let (runner, finisher) = (OwnerToken::random(), OwnerToken::random());
+    assert_eq!(
+        correct
+            .claim(claim_at(
+                &running,
+                runner,
+                now,
+                now + 60_000,
+                now + 86_400_000
+            ))
+            .await,
+        Ok(Claim::Acquired { fence: 1 })
+    );
+    assert_eq!(
+        correct
+            .claim(claim_at(
+                &done,
+                finisher,
+                now,
+                now + 60_000,
+                now + 86_400_000
+            ))
+            .await,
+        Ok(Claim::Acquired { fence: 1 })
+    );
+    let saved = Envelope::from_stored("{\"refund\":\"r_1\"}".to_owned());
+    assert_eq!(
+        correct.complete(&done, finisher, &saved, at(now + 1)).await,
+        Ok(Completion::Saved)
+    );
+
+    let garbage = plant_garbage(&correct, 12).await;
+    claim_many(&ahead, 1_000_000, CLAIMS_PER_COLLECTION, future).await;
+    collected(&correct, &garbage).await;
+    let later = SystemClock.now().as_millis();
+    assert_eq!(
+        record(&correct, &running, later).await.state,
+        RecordState::InProgress {
+            owner: runner,
+            lease_until: at(now + 60_000)
+        },
+        "the live claim survived"
+    );
+    // the correct worker heartbeats and finishes: its record was never lost
+    assert_eq!(
+        correct
+            .renew(RenewRequest {
+                key: &running,
+                owner: runner,
+                now: at(later),
+                lease_until: at(later + 60_000),
+            })
+            .await,
+        Ok(true)
+    );
+    assert_eq!(
+        correct.complete(&running, runner, &saved, at(later)).await,
+        Ok(Completion::Saved)
+    );
+
+    let garbage = plant_garbage(&correct, 13).await;
+    claim_many(&ahead, 2_000_000, CLAIMS_PER_COLLECTION, future).await;
+    collected(&correct, &garbage).await;
+    let later = SystemClock.now().as_millis();
+    for key in [&running, &done] {
+        match record(&correct, key, later).await.state {
+            RecordState::Completed { outcome, .. } => assert_eq!(outcome.as_str(), saved.as_str()),
+            other => panic!("{key}: the completed outcome survived, got {other:?}"),
+        }
+    }
+}
+
+// pins G1: collect_garbage(now) is judged by `now` and by the server's clock, and by the lease as
+// well as the expiry: with a `now` a year ahead of the server it deletes only records dead by both
+// clocks (expired, and unless completed with their lease lapsed), never one the server sees live
+// nor an expired one whose lease (in progress or outcome unknown) still runs
+#[tokio::test]
+async fn collect_garbage_keeps_what_the_server_sees_live() {
+    let schema = Schema::fresh();
+    let store = schema.store();
+    let now = SystemClock.now().as_millis();
+    let day = 86_400_000;
+    let owner = OwnerToken::random();
+    let keys: Vec<IdempotencyKey> = (20..26).map(raw_key).collect();
+    let [dead, dead_done, leased, leased_unknown, live, live_done] = &keys[..] else {
+        unreachable!()
+    };
+    for (key, claim) in [
+        (dead, claim_at(dead, owner, 1_000, 1_500, 2_000)),
+        (dead_done, claim_at(dead_done, owner, 1_000, 1_500, 2_000)),
+        (leased, claim_at(leased, owner, 1_000, now + day, 2_000)),
+        (
+            leased_unknown,
+            claim_at(leased_unknown, owner, 1_000, now + day, 2_000),
+        ),
+        (live, claim_at(live, owner, now, now + 60_000, now + day)),
+        (
+            live_done,
+            claim_at(live_done, owner, now, now + 60_000, now + day),
+        ),
+    ] {
+        assert_eq!(
+            store.claim(claim).await,
+            Ok(Claim::Acquired { fence: 1 }),
+            "{key}"
+        );
+    }
+    for (key, at_ms) in [(dead_done, 1_100), (live_done, now)] {
+        assert_eq!(
+            store.complete(key, owner, &ok_envelope(), at(at_ms)).await,
+            Ok(Completion::Saved)
+        );
+    }
+    let unknown = MarkUnknownRequest {
+        key: leased_unknown,
+        owner,
+        now: at(1_100),
+        since: at(1_000),
+    };
+    assert_eq!(store.mark_unknown(unknown).await, Ok(true));
+
+    assert_eq!(store.collect_garbage(at(now + YEAR_MS)).await, Ok(2));
+    assert_eq!(store.read(dead, at(1_000)).await, Ok(None));
+    assert_eq!(store.read(dead_done, at(1_000)).await, Ok(None));
+    assert!(matches!(
+        record(&store, leased, 1_000).await.state,
+        RecordState::InProgress { .. }
+    ));
+    assert!(matches!(
+        record(&store, leased_unknown, 1_000).await.state,
+        RecordState::OutcomeUnknown { .. }
+    ));
+    assert!(matches!(
+        record(&store, live, now).await.state,
+        RecordState::InProgress { .. }
+    ));
+    assert!(matches!(
+        record(&store, live_done, now).await.state,
+        RecordState::Completed { .. }
+    ));
+    assert_eq!(store.collect_garbage(at(now + YEAR_MS)).await, Ok(0));
+}
+
+/// The records table of schema version 1 (this crate before fencing tokens), as that build
+/// created it.
+const SCHEMA_V1: &str = "
+    CREATE SCHEMA {schema};
+    CREATE TABLE {schema}.meta (name TEXT PRIMARY KEY, value BIGINT NOT NULL);
+    CREATE TABLE {schema}.records (
+        key          TEXT PRIMARY KEY,
+        fingerprint  TEXT NOT NULL,
+        created_at   BIGINT NOT NULL,
+        expires_at   BIGINT NOT NULL,
+        owner        TEXT,
+        lease_until  BIGINT,
+        outcome      TEXT,
+        completed_at BIGINT,
+        CHECK ((owner IS NOT NULL AND lease_until IS NOT NULL
+                AND outcome IS NULL AND completed_at IS NULL)
+            OR (owner IS NULL AND lease_until IS NULL
+                AND outcome IS NOT NULL AND completed_at IS NOT NULL))
+    );
+    CREATE INDEX records_expires_at ON {schema}.records (expires_at);
+    INSERT INTO {schema}.meta (name, value) VALUES ('schema_version', 1);";
+
+// pins F1, S3, S10 (migration): a schema of version 1, written by hand as the older build wrote it,
+// is migrated in place on first use — by two stores starting together, once — and keeps every
+// record: an in-progress record (fence 1) can be taken over (fence 2) and completed, a completed
+// record replays its outcome byte for byte, an expired one is claimed again with fence 2
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_1_schema_is_migrated_in_place() {
+    let schema = Schema::fresh();
+    schema.admin(SCHEMA_V1);
+    let (running, done, expired) = (raw_key(30), raw_key(31), raw_key(32));
+    let old_owner = OwnerToken::random();
+    let outcome = "{\"ok\":{\"refund\":\"r_9\",\"amount\":1.50}}";
+    let fingerprint = fp(7);
+    let f = fingerprint.as_str();
+    schema.admin(&format!(
+        "INSERT INTO {{schema}}.records VALUES
+            ('{running}', '{f}', 1000, 100000, '{owner}', 2000, NULL, NULL),
+            ('{done}', '{f}', 1000, 100000, NULL, NULL, '{outcome}', 1500),
+            ('{expired}', '{f}', 1000, 3000, NULL, NULL, '{outcome}', 1500);",
+        owner = old_owner.to_hex(),
+    ));
+    assert_eq!(schema.version(), Some(1));
+
+    // two stores (two pools) start together on the old schema: one migrates, both read
+    let (first, second) = (schema.store(), schema.store());
+    let (a, b) = tokio::join!(
+        first.read(&done, at(5_000)),
+        second.read(&running, at(5_000))
+    );
+    let (done_record, running_record) = (a.unwrap().unwrap(), b.unwrap().unwrap());
+    assert_eq!(schema.version(), Some(POSTGRES_SCHEMA_VERSION));
+    assert_eq!(
+        schema.admin_value(&format!(
+            "SELECT count(*) FROM information_schema.columns
+             WHERE table_schema = '{}' AND table_name = 'records'",
+            schema.name
+        )),
+        Some("10".to_owned()),
+        "fence and unknown_since added"
+    );
+    assert_eq!(
+        done_record,
+        Record {
+            fingerprint: fingerprint.clone(),
+            created_at: at(1_000),
+            expires_at: at(100_000),
+            fence: 1,
+            state: RecordState::Completed {
+                outcome: Envelope::from_stored(outcome.to_owned()),
+                completed_at: at(1_500),
+            },
+        }
+    );
+    assert_eq!(
+        running_record,
+        Record {
+            fingerprint: fingerprint.clone(),
+            created_at: at(1_000),
+            expires_at: at(100_000),
+            fence: 1,
+            state: RecordState::InProgress {
+                owner: old_owner,
+                lease_until: at(2_000),
+            },
+        }
+    );
+    // the old records work as new ones: a replay, a takeover, a completion, a re-claim
+    match first
+        .claim(claim_at(&done, OwnerToken::random(), 5_000, 6_000, 9_000))
+        .await
+    {
+        Ok(Claim::Existing(existing)) => assert_eq!(existing, done_record),
+        other => panic!("the completed record, got {other:?}"),
+    }
+    let successor = OwnerToken::random();
+    let takeover = TakeoverRequest {
+        key: &running,
+        seen_owner: old_owner,
+        seen_lease_until: at(2_000),
+        owner: successor,
+        now: at(5_000),
+        lease_until: at(6_000),
+        expires_at: at(100_000),
+        fence: running_record.fence + 1,
+    };
+    assert_eq!(second.take_over(takeover).await, Ok(true));
+    assert_eq!(record(&first, &running, 5_000).await.fence, 2);
+    assert_eq!(
+        first
+            .complete(&running, successor, &ok_envelope(), at(5_100))
+            .await,
+        Ok(Completion::Saved)
+    );
+    assert_eq!(
+        second
+            .claim(claim_at(
+                &expired,
+                OwnerToken::random(),
+                5_000,
+                6_000,
+                9_000
+            ))
+            .await,
+        Ok(Claim::Acquired { fence: 2 })
+    );
+    // a store opened later finds version 2 and changes nothing
+    let third = schema.store();
+    assert_eq!(record(&third, &done, 5_000).await, done_record);
+    assert_eq!(schema.version(), Some(POSTGRES_SCHEMA_VERSION));
+}
+
+// pins S10 (migration): a migration that fails (here a version 1 table that already has a column
+// named `fence`) is rolled back whole: the store reports a typed, non-transient error, and the
+// schema keeps version 1 and its records
+#[tokio::test]
+async fn a_failed_migration_changes_nothing() {
+    let schema = Schema::fresh();
+    schema.admin(SCHEMA_V1);
+    schema.admin("ALTER TABLE {schema}.records ADD COLUMN fence TEXT");
+    let key = raw_key(40);
+    schema.admin(&format!(
+        "INSERT INTO {{schema}}.records VALUES
+            ('{key}', '{}', 1000, 100000, NULL, NULL, '{{}}', 1500, 'x')",
+        fp(7).as_str()
+    ));
+    let error = schema.store().read(&key, at(5_000)).await.unwrap_err();
+    assert_eq!(error.kind, StoreErrorKind::Unsupported, "{error}");
+    assert!(error.message.contains("42701"), "duplicate column: {error}");
+    assert_eq!(schema.version(), Some(1));
+    assert_eq!(
+        schema.admin_value(&format!(
+            "SELECT count(*) FROM information_schema.columns
+             WHERE table_schema = '{}' AND table_name = 'records'
+             AND column_name = 'unknown_since'",
+            schema.name
+        )),
+        Some("0".to_owned()),
+        "no column added"
+    );
+    assert_eq!(
+        schema.admin_value("SELECT fence FROM {schema}.records"),
+        Some("x".to_owned())
+    );
 }

@@ -1,7 +1,10 @@
 //! The store conformance suite (contract S1–S12) on the Redis store, each test on a fresh
 //! key prefix (`idem-test:<uuid>:`) so that runs never see each other's records; then what
 //! only a shared server can show: two stores (two connections) on the same keys, the sync
-//! path's typed error outside a runtime, typed connect errors, corrupt records.
+//! path's typed error outside a runtime, typed connect errors, corrupt records; and, on the
+//! store directly (`never_twice`), fencing tokens (F1), renewal (L1), unknown outcomes (U1),
+//! Redis's key expiry judged by the caller's and the server's clocks (G1), and records of
+//! layout 1.
 //!
 //! The server is `IDEM_TEST_REDIS_URL` (default `redis://127.0.0.1:6379`). Every test
 //! deletes the keys under its prefix when it ends.
@@ -235,6 +238,8 @@ async fn corrupt_records_are_typed_errors() {
         ("created_at", "-1"),
         ("v", "99"),
         ("owner", "00"),
+        ("fence", "1"),
+        ("unknown_since", "00000000000000000000"),
     ] {
         let saved: Option<String> = ::redis::cmd("HGET")
             .arg(&record)
@@ -309,4 +314,880 @@ async fn redis_expiry_is_set_after_the_record_expires() {
     let margin = idem_runtime::store::redis::GC_MARGIN_MS as i64;
     assert!(pttl > margin, "garbage deadline after expiry: pttl {pttl}");
     assert!(pttl <= 10_000 + margin, "pttl {pttl}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Fencing tokens, renewal, unknown outcomes, garbage collection by both clocks, and the
+// records of layout 1 (issue 7), on the store directly.
+// ---------------------------------------------------------------------------------------
+
+mod never_twice {
+    use std::time::Duration;
+
+    use idem_runtime::store::redis::{GC_MARGIN_MS, GC_MAX_MS, REDIS_LAYOUT_VERSION};
+    use idem_runtime::store::{
+        Claim, ClaimRequest, Completion, MarkUnknownRequest, OwnerToken, Record, RecordState,
+        RenewRequest, TakeoverRequest,
+    };
+    use idem_runtime::{
+        Envelope, Fingerprint, IdempotencyKey, RedisStore, Store, StoreErrorKind, Timestamp,
+    };
+
+    use super::{fresh_prefix, redis_url, Cleanup};
+
+    const DAY_MS: u64 = 86_400_000;
+    const YEAR_MS: u64 = 365 * DAY_MS;
+    /// Room for the time a test takes between a write and its `PTTL` check (ms).
+    const SLACK_MS: u64 = 60_000;
+
+    /// A store on a fresh prefix, a raw connection to the same server, and the cleanup.
+    async fn setup() -> (RedisStore, Raw, Cleanup) {
+        let (prefix, cleanup) = fresh_prefix();
+        let store = RedisStore::connect(&redis_url())
+            .await
+            .expect("connect")
+            .with_prefix(prefix);
+        let client = ::redis::Client::open(redis_url()).unwrap();
+        let conn = client.get_multiplexed_async_connection().await.unwrap();
+        (store, Raw(conn), cleanup)
+    }
+
+    /// Plain commands on the server, beside the store.
+    struct Raw(::redis::aio::MultiplexedConnection);
+
+    impl Raw {
+        async fn cmd<T: ::redis::FromRedisValue>(&mut self, args: &[&str]) -> T {
+            let mut cmd = ::redis::cmd(args[0]);
+            for arg in &args[1..] {
+                cmd.arg(*arg);
+            }
+            cmd.query_async(&mut self.0).await.unwrap()
+        }
+
+        async fn pttl(&mut self, record: &str) -> i64 {
+            self.cmd(&["PTTL", record]).await
+        }
+
+        async fn field(&mut self, record: &str, field: &str) -> Option<String> {
+            self.cmd(&["HGET", record, field]).await
+        }
+
+        /// The server's clock (`TIME`): the clock of a correct-clock worker in these tests.
+        async fn server_now(&mut self) -> Timestamp {
+            let (seconds, micros): (u64, u64) = self.cmd(&["TIME"]).await;
+            Timestamp::from_millis(seconds * 1_000 + micros / 1_000)
+        }
+
+        async fn hash(&mut self, record: &str) -> Vec<(String, String)> {
+            let mut fields: Vec<(String, String)> = self.cmd(&["HGETALL", record]).await;
+            fields.sort();
+            fields
+        }
+    }
+
+    fn key(n: u32) -> IdempotencyKey {
+        IdempotencyKey::from_hex(&format!("{n:08x}").repeat(8)).unwrap()
+    }
+
+    fn fp(n: u8) -> Fingerprint {
+        Fingerprint::from_hex(&format!("{n:02x}").repeat(32)).unwrap()
+    }
+
+    fn plus(t: Timestamp, ms: u64) -> Timestamp {
+        t.saturating_add(Duration::from_millis(ms))
+    }
+
+    fn minus(t: Timestamp, ms: u64) -> Timestamp {
+        Timestamp::from_millis(t.as_millis() - ms)
+    }
+
+    fn digits(n: u64) -> String {
+        format!("{n:020}")
+    }
+
+    async fn claim(
+        store: &RedisStore,
+        key: &IdempotencyKey,
+        owner: OwnerToken,
+        now: Timestamp,
+        lease_ms: u64,
+        ttl_ms: u64,
+    ) -> Claim {
+        let fingerprint = fp(1);
+        store
+            .claim(ClaimRequest {
+                key,
+                fingerprint: &fingerprint,
+                owner,
+                now,
+                lease_until: plus(now, lease_ms),
+                expires_at: plus(now, ttl_ms),
+            })
+            .await
+            .unwrap()
+    }
+
+    /// Takes `key` over from the in-progress or unknown `seen` record at `now`.
+    async fn take_over(
+        store: &RedisStore,
+        key: &IdempotencyKey,
+        seen: &Record,
+        owner: OwnerToken,
+        now: Timestamp,
+        fence: u64,
+    ) -> bool {
+        let (RecordState::InProgress {
+            owner: seen_owner,
+            lease_until: seen_lease_until,
+        }
+        | RecordState::OutcomeUnknown {
+            owner: seen_owner,
+            lease_until: seen_lease_until,
+            ..
+        }) = seen.state
+        else {
+            panic!("not in progress: {seen:?}");
+        };
+        store
+            .take_over(TakeoverRequest {
+                key,
+                seen_owner,
+                seen_lease_until,
+                owner,
+                now,
+                lease_until: plus(now, 1_000),
+                expires_at: plus(now, 10_000),
+                fence,
+            })
+            .await
+            .unwrap()
+    }
+
+    async fn renew(
+        store: &RedisStore,
+        key: &IdempotencyKey,
+        owner: OwnerToken,
+        now: Timestamp,
+        lease_until: Timestamp,
+    ) -> bool {
+        store
+            .renew(RenewRequest {
+                key,
+                owner,
+                now,
+                lease_until,
+            })
+            .await
+            .unwrap()
+    }
+
+    async fn mark_unknown(
+        store: &RedisStore,
+        key: &IdempotencyKey,
+        owner: OwnerToken,
+        now: Timestamp,
+        since: Timestamp,
+    ) -> bool {
+        store
+            .mark_unknown(MarkUnknownRequest {
+                key,
+                owner,
+                now,
+                since,
+            })
+            .await
+            .unwrap()
+    }
+
+    async fn read(store: &RedisStore, key: &IdempotencyKey, now: Timestamp) -> Record {
+        store.read(key, now).await.unwrap().expect("a live record")
+    }
+
+    fn outcome() -> Envelope {
+        Envelope::encode_ok(&100u64).unwrap()
+    }
+
+    /// Asserts that Redis keeps `record` at least `ms` more (minus the test's slack).
+    async fn assert_kept_for(raw: &mut Raw, record: &str, ms: u64, what: &str) {
+        let pttl = raw.pttl(record).await;
+        assert!(
+            pttl == -1 || pttl as u64 + SLACK_MS >= ms,
+            "{what}: pttl {pttl} < {ms} ms"
+        );
+    }
+
+    // pins F1: the fence strictly increases: claim → takeover → takeover, a takeover of an
+    // unknown outcome, and a claim over the expired record the store still holds (carrying
+    // decimal digits exactly, saturating at u64::MAX)
+    #[tokio::test]
+    async fn fences_strictly_increase() {
+        let (store, mut raw, _cleanup) = setup().await;
+        let k = key(1);
+        let t0 = Timestamp::from_millis(1_000_000);
+        let (a, b, c, d) = (
+            OwnerToken::random(),
+            OwnerToken::random(),
+            OwnerToken::random(),
+            OwnerToken::random(),
+        );
+        assert_eq!(
+            claim(&store, &k, a, t0, 100, 10_000).await,
+            Claim::Acquired { fence: 1 }
+        );
+        let first = read(&store, &k, t0).await;
+        assert_eq!(first.fence, 1);
+        let t1 = plus(t0, 100);
+        assert!(take_over(&store, &k, &first, b, t1, first.fence + 1).await);
+        let second = read(&store, &k, t1).await;
+        assert_eq!(second.fence, 2);
+        assert_eq!(
+            second.state,
+            RecordState::InProgress {
+                owner: b,
+                lease_until: plus(t1, 1_000)
+            }
+        );
+        assert!(!take_over(&store, &k, &first, c, t1, 3).await, "stale view");
+        let t2 = plus(t1, 1_000);
+        assert!(take_over(&store, &k, &second, c, t2, second.fence + 1).await);
+        let third = read(&store, &k, t2).await;
+        assert_eq!(third.fence, 3);
+        // An unknown outcome is taken over with the next fence too.
+        assert!(mark_unknown(&store, &k, c, t2, t2).await);
+        let unknown = read(&store, &k, t2).await;
+        assert!(take_over(&store, &k, &unknown, d, t2, unknown.fence + 1).await);
+        let fourth = read(&store, &k, t2).await;
+        assert_eq!(fourth.fence, 4);
+        assert_eq!(
+            store.complete(&k, d, &outcome(), t2).await.unwrap(),
+            Completion::Saved
+        );
+        assert_eq!(read(&store, &k, t2).await.fence, 4, "completion keeps it");
+        // Expired but still held: the next claim carries the fence on.
+        let expired = plus(t2, 10_000);
+        assert_eq!(store.read(&k, expired).await.unwrap(), None);
+        assert_eq!(
+            claim(&store, &k, a, expired, 100, 10_000).await,
+            Claim::Acquired { fence: 5 }
+        );
+        assert_eq!(read(&store, &k, expired).await.fence, 5);
+        // Increments carry across decimal digits, exactly, up to u64::MAX, and saturate.
+        let mut now = expired;
+        for (fence, next) in [
+            (9, 10),
+            (199, 200),
+            (9_007_199_254_740_993, 9_007_199_254_740_994), // 2^53 + 1: beyond a double
+            (10_999_999_999_999_999_999, 11_000_000_000_000_000_000),
+            (u64::MAX - 1, u64::MAX),
+            (u64::MAX, u64::MAX),
+        ] {
+            let seen = read(&store, &k, now).await;
+            assert!(take_over(&store, &k, &seen, a, now, fence).await, "{fence}");
+            assert_eq!(read(&store, &k, now).await.fence, fence);
+            assert_eq!(
+                raw.field(&store.record_key(&k), "fence").await,
+                Some(digits(fence))
+            );
+            now = plus(now, 10_000);
+            assert_eq!(
+                claim(&store, &k, a, now, 100, 10_000).await,
+                Claim::Acquired { fence: next },
+                "after {fence}"
+            );
+        }
+        // A key the store does not hold starts at 1 again: released.
+        let owner = match read(&store, &k, now).await.state {
+            RecordState::InProgress { owner, .. } => owner,
+            other => panic!("{other:?}"),
+        };
+        assert!(store.release(&k, owner).await.unwrap());
+        assert_eq!(
+            claim(&store, &k, a, now, 100, 10_000).await,
+            Claim::Acquired { fence: 1 }
+        );
+    }
+
+    // pins L1: only the owner of a live in-progress record renews it (one round trip); a
+    // stranger, an owner that was taken over, a record marked unknown, completed, expired or
+    // absent is not renewed and nothing changes
+    #[tokio::test]
+    async fn renew_is_a_compare_and_set_on_the_live_owner() {
+        let (store, mut raw, _cleanup) = setup().await;
+        let t0 = Timestamp::from_millis(5_000_000);
+        let (owner, stranger, taker) = (
+            OwnerToken::random(),
+            OwnerToken::random(),
+            OwnerToken::random(),
+        );
+        let k = key(2);
+        claim(&store, &k, owner, t0, 100, 10_000).await;
+        let before = store.round_trips().unwrap();
+        assert!(renew(&store, &k, owner, plus(t0, 50), plus(t0, 500)).await);
+        assert_eq!(store.round_trips().unwrap(), before + 1, "one round trip");
+        let renewed = read(&store, &k, t0).await;
+        assert_eq!(
+            renewed.state,
+            RecordState::InProgress {
+                owner,
+                lease_until: plus(t0, 500)
+            }
+        );
+        assert_eq!(
+            (renewed.created_at, renewed.expires_at),
+            (t0, plus(t0, 10_000))
+        );
+        // A renewal after the lease lapsed still renews while nobody took over.
+        assert!(renew(&store, &k, owner, plus(t0, 600), plus(t0, 700)).await);
+        let hash = raw.hash(&store.record_key(&k)).await;
+        assert!(!renew(&store, &k, stranger, plus(t0, 600), plus(t0, 9_000)).await);
+        assert_eq!(raw.hash(&store.record_key(&k)).await, hash, "stranger");
+        // Taken over: the old owner has lost the claim.
+        let seen = read(&store, &k, plus(t0, 700)).await;
+        assert!(take_over(&store, &k, &seen, taker, plus(t0, 700), 2).await);
+        let hash = raw.hash(&store.record_key(&k)).await;
+        assert!(!renew(&store, &k, owner, plus(t0, 800), plus(t0, 9_000)).await);
+        assert_eq!(raw.hash(&store.record_key(&k)).await, hash, "taken over");
+        // Marked unknown: not even its owner renews it.
+        assert!(mark_unknown(&store, &k, taker, plus(t0, 800), plus(t0, 700)).await);
+        let hash = raw.hash(&store.record_key(&k)).await;
+        assert!(!renew(&store, &k, taker, plus(t0, 900), plus(t0, 9_000)).await);
+        assert_eq!(raw.hash(&store.record_key(&k)).await, hash, "unknown");
+        // Completed.
+        let k2 = key(3);
+        claim(&store, &k2, owner, t0, 100, 10_000).await;
+        assert_eq!(
+            store.complete(&k2, owner, &outcome(), t0).await.unwrap(),
+            Completion::Saved
+        );
+        let hash = raw.hash(&store.record_key(&k2)).await;
+        assert!(!renew(&store, &k2, owner, t0, plus(t0, 9_000)).await);
+        assert_eq!(raw.hash(&store.record_key(&k2)).await, hash, "completed");
+        // Expired by the renewing caller's clock.
+        let k3 = key(4);
+        claim(&store, &k3, owner, t0, 100, 10_000).await;
+        let hash = raw.hash(&store.record_key(&k3)).await;
+        assert!(!renew(&store, &k3, owner, plus(t0, 10_000), plus(t0, 20_000)).await);
+        assert_eq!(raw.hash(&store.record_key(&k3)).await, hash, "expired");
+        // Absent: nothing is created.
+        let k4 = key(5);
+        assert!(!renew(&store, &k4, owner, t0, plus(t0, 100)).await);
+        assert_eq!(raw.cmd::<i64>(&["EXISTS", &store.record_key(&k4)]).await, 0);
+    }
+
+    // pins U1: mark_unknown is a compare-and-set on the live owner (one round trip); the
+    // unknown record keeps owner and lease, is neither completed, released, renewed nor
+    // marked again, a claim answers it, and a takeover with the seen owner and lease works
+    #[tokio::test]
+    async fn mark_unknown_then_take_over() {
+        let (store, mut raw, _cleanup) = setup().await;
+        let t0 = Timestamp::from_millis(7_000_000);
+        let (owner, stranger, taker) = (
+            OwnerToken::random(),
+            OwnerToken::random(),
+            OwnerToken::random(),
+        );
+        let k = key(6);
+        claim(&store, &k, owner, t0, 1_000, 10_000).await;
+        let record = store.record_key(&k);
+        let hash = raw.hash(&record).await;
+        assert!(!mark_unknown(&store, &k, stranger, t0, t0).await);
+        assert_eq!(raw.hash(&record).await, hash, "stranger");
+        let before = store.round_trips().unwrap();
+        assert!(mark_unknown(&store, &k, owner, plus(t0, 10), t0).await);
+        assert_eq!(store.round_trips().unwrap(), before + 1, "one round trip");
+        let unknown = read(&store, &k, plus(t0, 10)).await;
+        assert_eq!(
+            unknown.state,
+            RecordState::OutcomeUnknown {
+                owner,
+                lease_until: plus(t0, 1_000),
+                since: t0
+            }
+        );
+        assert_eq!(unknown.fence, 1);
+        let hash = raw.hash(&record).await;
+        assert!(!mark_unknown(&store, &k, owner, plus(t0, 20), plus(t0, 20)).await);
+        assert_eq!(
+            store
+                .complete(&k, owner, &outcome(), plus(t0, 20))
+                .await
+                .unwrap(),
+            Completion::Fenced
+        );
+        assert!(!store.release(&k, owner).await.unwrap());
+        assert_eq!(raw.hash(&record).await, hash, "unknown stays unknown");
+        let fingerprint = fp(1);
+        let seen = store
+            .claim(ClaimRequest {
+                key: &k,
+                fingerprint: &fingerprint,
+                owner: taker,
+                now: plus(t0, 30),
+                lease_until: plus(t0, 130),
+                expires_at: plus(t0, 10_030),
+            })
+            .await
+            .unwrap();
+        assert_eq!(seen, Claim::Existing(unknown.clone()));
+        // A takeover that saw another lease deadline fails; the seen one succeeds, at once
+        // (the lease has not lapsed: a reconciling tool may take over).
+        let mut wrong = unknown.clone();
+        wrong.state = RecordState::OutcomeUnknown {
+            owner,
+            lease_until: plus(t0, 999),
+            since: t0,
+        };
+        assert!(!take_over(&store, &k, &wrong, taker, plus(t0, 40), 2).await);
+        assert!(take_over(&store, &k, &unknown, taker, plus(t0, 40), 2).await);
+        let taken = read(&store, &k, plus(t0, 40)).await;
+        assert_eq!(
+            taken.state,
+            RecordState::InProgress {
+                owner: taker,
+                lease_until: plus(t0, 1_040)
+            }
+        );
+        assert_eq!((taken.fence, taken.created_at), (2, plus(t0, 40)));
+        assert_eq!(raw.field(&record, "unknown_since").await, None);
+        // The new owner finishes as usual; the one that gave up cannot.
+        assert_eq!(
+            store
+                .complete(&k, owner, &outcome(), plus(t0, 50))
+                .await
+                .unwrap(),
+            Completion::Fenced
+        );
+        assert_eq!(
+            store
+                .complete(&k, taker, &outcome(), plus(t0, 50))
+                .await
+                .unwrap(),
+            Completion::Saved
+        );
+        // An expired record is not marked.
+        let k2 = key(7);
+        claim(&store, &k2, owner, t0, 100, 1_000).await;
+        let hash = raw.hash(&store.record_key(&k2)).await;
+        assert!(!mark_unknown(&store, &k2, owner, plus(t0, 1_000), t0).await);
+        assert_eq!(raw.hash(&store.record_key(&k2)).await, hash, "expired");
+    }
+
+    // pins G1: a caller whose clock runs a year ahead claims many other keys (the Redis
+    // store's collection is the server's key expiry, which these claims set for their own
+    // keys only) and tries every compare-and-set on a correct-clock worker's records: the
+    // worker's in-progress claim and, later, its completed outcome survive and read back,
+    // their time to live unshortened; the fast caller's own records are kept until the
+    // server's clock too passes their deadline, a slow caller's until its own clock does
+    #[tokio::test]
+    async fn a_year_ahead_caller_deletes_nothing_live() {
+        let (store, mut raw, _cleanup) = setup().await;
+        let (worker, fast) = (OwnerToken::random(), OwnerToken::random());
+        let ttl = DAY_MS;
+        let now = raw.server_now().await;
+        let (running, done) = (key(0x100), key(0x101));
+        assert_eq!(
+            claim(&store, &running, worker, now, 60_000, ttl).await,
+            Claim::Acquired { fence: 1 }
+        );
+        assert_eq!(
+            claim(&store, &done, worker, now, 60_000, ttl).await,
+            Claim::Acquired { fence: 1 }
+        );
+        assert_eq!(
+            store
+                .complete(&done, worker, &outcome(), now)
+                .await
+                .unwrap(),
+            Completion::Saved
+        );
+        let pttls = (
+            raw.pttl(&store.record_key(&running)).await,
+            raw.pttl(&store.record_key(&done)).await,
+        );
+        assert!(pttls.0 as u64 <= ttl + GC_MARGIN_MS && pttls.1 as u64 <= ttl + GC_MARGIN_MS);
+        assert_kept_for(
+            &mut raw,
+            &store.record_key(&running),
+            ttl + GC_MARGIN_MS,
+            "running",
+        )
+        .await;
+        assert_kept_for(
+            &mut raw,
+            &store.record_key(&done),
+            ttl + GC_MARGIN_MS,
+            "done",
+        )
+        .await;
+        let ahead = plus(now, YEAR_MS);
+        for n in 0..2_000 {
+            let k = key(0x10_000 + n);
+            assert_eq!(
+                claim(&store, &k, fast, ahead, 60_000, ttl).await,
+                Claim::Acquired { fence: 1 }
+            );
+        }
+        // Every compare-and-set of the fast caller on the worker's records fails.
+        let running_record = read(&store, &running, now).await;
+        assert!(!renew(&store, &running, fast, ahead, plus(ahead, 60_000)).await);
+        assert!(!mark_unknown(&store, &running, fast, ahead, ahead).await);
+        assert!(!store.release(&running, fast).await.unwrap());
+        assert_eq!(
+            store
+                .complete(&running, fast, &outcome(), now)
+                .await
+                .unwrap(),
+            Completion::Fenced
+        );
+        assert!(!store.release(&done, fast).await.unwrap());
+        assert!(!renew(&store, &done, worker, ahead, plus(ahead, 60_000)).await);
+        // Both records read back, and Redis keeps them as long as before.
+        assert_eq!(read(&store, &running, now).await, running_record);
+        assert!(matches!(
+            read(&store, &done, now).await.state,
+            RecordState::Completed { .. }
+        ));
+        for (k, before) in [(&running, pttls.0), (&done, pttls.1)] {
+            let after = raw.pttl(&store.record_key(k)).await;
+            assert!(
+                after > 0 && after + (SLACK_MS as i64) >= before,
+                "{after} < {before}"
+            );
+        }
+        // Later the worker completes its running claim; the outcome is kept as long.
+        assert_eq!(
+            store
+                .complete(&running, worker, &outcome(), plus(now, 1_000))
+                .await
+                .unwrap(),
+            Completion::Saved
+        );
+        assert!(matches!(
+            read(&store, &running, plus(now, 1_000)).await.state,
+            RecordState::Completed { .. }
+        ));
+        assert_kept_for(
+            &mut raw,
+            &store.record_key(&running),
+            ttl + GC_MARGIN_MS,
+            "completed",
+        )
+        .await;
+        // The fast caller's records live until the server's clock passes their deadline too
+        // (a year and a day ahead), not just a day as its own clock would have it.
+        let fast_record = store.record_key(&key(0x10_000));
+        assert_kept_for(&mut raw, &fast_record, YEAR_MS + ttl + GC_MARGIN_MS, "fast").await;
+        assert!(raw.pttl(&fast_record).await as u64 <= YEAR_MS + ttl + GC_MARGIN_MS);
+        // A caller a year behind writes records the server's clock sees expired long ago:
+        // they are kept until its own clock passes their deadline.
+        let behind = minus(now, YEAR_MS);
+        let slow = key(0x102);
+        claim(&store, &slow, worker, behind, 60_000, ttl).await;
+        let pttl = raw.pttl(&store.record_key(&slow)).await;
+        assert!(pttl as u64 <= ttl + GC_MARGIN_MS, "{pttl}");
+        assert_kept_for(
+            &mut raw,
+            &store.record_key(&slow),
+            ttl + GC_MARGIN_MS,
+            "slow",
+        )
+        .await;
+    }
+
+    // pins L1, G1: a renewal lengthens the key's time to live to cover the new lease (plus
+    // the margin) when the lease outlasts the expiry, and never shortens it; marking the
+    // outcome unknown and completing keep it
+    #[tokio::test]
+    async fn renewals_keep_the_redis_key_while_the_lease_is_live() {
+        let (store, mut raw, _cleanup) = setup().await;
+        let owner = OwnerToken::random();
+        let now = raw.server_now().await;
+        let k = key(8);
+        let record = store.record_key(&k);
+        claim(&store, &k, owner, now, 5_000, 10_000).await;
+        let pttl = raw.pttl(&record).await as u64;
+        assert!(pttl <= 10_000 + GC_MARGIN_MS, "{pttl}");
+        assert_kept_for(&mut raw, &record, 10_000 + GC_MARGIN_MS, "claimed").await;
+        // A lease past the expiry (three days, for a record that expires in 10 s).
+        let long = plus(now, 3 * DAY_MS);
+        assert!(renew(&store, &k, owner, plus(now, 1_000), long).await);
+        let pttl = raw.pttl(&record).await as u64;
+        assert!(pttl <= 3 * DAY_MS + GC_MARGIN_MS, "{pttl}");
+        assert_kept_for(&mut raw, &record, 3 * DAY_MS + GC_MARGIN_MS, "renewed").await;
+        // A shorter lease shortens nothing.
+        assert!(renew(&store, &k, owner, plus(now, 1_500), plus(now, 2_000)).await);
+        assert_kept_for(
+            &mut raw,
+            &record,
+            3 * DAY_MS + GC_MARGIN_MS,
+            "shorter lease",
+        )
+        .await;
+        assert!(mark_unknown(&store, &k, owner, plus(now, 2_000), now).await);
+        assert_kept_for(&mut raw, &record, 3 * DAY_MS + GC_MARGIN_MS, "unknown").await;
+        // A renewal by a caller a year ahead covers its lease by its clock (the record
+        // must be live by that clock: one with a long expiry).
+        let k2 = key(9);
+        let record2 = store.record_key(&k2);
+        claim(&store, &k2, owner, now, 5_000, 2 * YEAR_MS).await;
+        let ahead = plus(now, YEAR_MS);
+        assert!(renew(&store, &k2, owner, ahead, plus(ahead, 60_000)).await);
+        assert_kept_for(&mut raw, &record2, 2 * YEAR_MS + GC_MARGIN_MS, "ahead").await;
+        assert_eq!(
+            store.complete(&k2, owner, &outcome(), ahead).await.unwrap(),
+            Completion::Saved
+        );
+        assert_kept_for(&mut raw, &record2, 2 * YEAR_MS + GC_MARGIN_MS, "completed").await;
+        // Past the largest time to live Redis keeps the key without expiry; a later,
+        // shorter renewal does not add one.
+        let k3 = key(10);
+        let record3 = store.record_key(&k3);
+        claim(&store, &k3, owner, now, 5_000, 10_000).await;
+        assert!(raw.pttl(&record3).await > 0);
+        assert!(renew(&store, &k3, owner, now, plus(now, GC_MAX_MS)).await);
+        assert_eq!(raw.pttl(&record3).await, -1);
+        assert!(renew(&store, &k3, owner, now, plus(now, 1_000)).await);
+        assert_eq!(raw.pttl(&record3).await, -1);
+    }
+
+    // pins F1, S10: records written by a build of layout 1 (no fence, no unknown state) are
+    // found, replayed and written by this build (fence 1, migrated to layout 2 as they are
+    // written); a record of a newer layout is refused with a typed error and left untouched
+    #[tokio::test]
+    async fn layout_1_records_are_found_and_migrated_in_place() {
+        let (store, mut raw, _cleanup) = setup().await;
+        assert_eq!(REDIS_LAYOUT_VERSION, 2);
+        let t0 = Timestamp::from_millis(9_000_000);
+        let owner = OwnerToken::random();
+        let fingerprint = fp(1);
+        // Six in-progress records and a completed one, as layout 1 wrote them.
+        let (created_at, expires_at, lease_until) = (
+            digits(t0.as_millis()),
+            digits(t0.as_millis() + 10_000),
+            digits(t0.as_millis() + 1_000),
+        );
+        for n in 20..26 {
+            let _: i64 = raw
+                .cmd(&[
+                    "HSET",
+                    &store.record_key(&key(n)),
+                    "v",
+                    "1",
+                    "fingerprint",
+                    fingerprint.as_str(),
+                    "created_at",
+                    &created_at,
+                    "expires_at",
+                    &expires_at,
+                    "owner",
+                    &owner.to_hex(),
+                    "lease_until",
+                    &lease_until,
+                ])
+                .await;
+        }
+        let outcome_text = outcome().as_str().to_owned();
+        let done = store.record_key(&key(26));
+        let _: i64 = raw
+            .cmd(&[
+                "HSET",
+                &done,
+                "v",
+                "1",
+                "fingerprint",
+                fingerprint.as_str(),
+                "created_at",
+                &created_at,
+                "expires_at",
+                &expires_at,
+                "outcome",
+                &outcome_text,
+                "completed_at",
+                &digits(t0.as_millis() + 5),
+            ])
+            .await;
+        // Read, and answered to a claim, with fence 1.
+        let in_progress = read(&store, &key(20), t0).await;
+        assert_eq!(in_progress.fence, 1);
+        assert_eq!(
+            in_progress.state,
+            RecordState::InProgress {
+                owner,
+                lease_until: plus(t0, 1_000)
+            }
+        );
+        assert_eq!(
+            (in_progress.created_at, in_progress.expires_at),
+            (t0, plus(t0, 10_000))
+        );
+        let replay = claim(&store, &key(26), OwnerToken::random(), t0, 100, 10_000).await;
+        match replay {
+            Claim::Existing(Record {
+                fence: 1,
+                state: RecordState::Completed { outcome, .. },
+                ..
+            }) => assert_eq!(outcome.as_str(), outcome_text),
+            other => panic!("expected the completed layout-1 record, got {other:?}"),
+        }
+        assert_eq!(
+            raw.field(&done, "v").await.as_deref(),
+            Some("1"),
+            "a read writes nothing"
+        );
+        // Written in place: layout 2, fence 1 (renew, mark unknown, complete) or the
+        // taker's fence (take over).
+        assert!(renew(&store, &key(20), owner, t0, plus(t0, 2_000)).await);
+        assert!(mark_unknown(&store, &key(21), owner, t0, t0).await);
+        assert_eq!(
+            store
+                .complete(&key(22), owner, &outcome(), t0)
+                .await
+                .unwrap(),
+            Completion::Saved
+        );
+        let seen = read(&store, &key(23), t0).await;
+        assert!(take_over(&store, &key(23), &seen, OwnerToken::random(), t0, 2).await);
+        for (n, fence) in [(20, 1), (21, 1), (22, 1), (23, 2)] {
+            let record = store.record_key(&key(n));
+            assert_eq!(raw.field(&record, "v").await.as_deref(), Some("2"), "{n}");
+            assert_eq!(
+                raw.field(&record, "fence").await,
+                Some(digits(fence)),
+                "{n}"
+            );
+            assert_eq!(read(&store, &key(n), t0).await.fence, fence, "{n}");
+        }
+        // Released as before; claimed over once expired, with the next fence.
+        assert!(store.release(&key(24), owner).await.unwrap());
+        let later = plus(t0, 10_000);
+        assert_eq!(
+            claim(&store, &key(25), OwnerToken::random(), later, 100, 10_000).await,
+            Claim::Acquired { fence: 2 }
+        );
+        // A record of a newer layout: every operation refuses it, typed, and changes nothing.
+        let newer = store.record_key(&key(27));
+        let _: i64 = raw
+            .cmd(&[
+                "HSET",
+                &newer,
+                "v",
+                "3",
+                "fingerprint",
+                fingerprint.as_str(),
+                "expires_at",
+                &digits(t0.as_millis() + 10_000),
+                "owner",
+                &owner.to_hex(),
+                "lease_until",
+                &digits(t0.as_millis() + 1_000),
+                "fence",
+                &digits(1),
+                "epoch",
+                "7",
+            ])
+            .await;
+        let hash = raw.hash(&newer).await;
+        let k = key(27);
+        let seen = Record {
+            fingerprint: fingerprint.clone(),
+            created_at: t0,
+            expires_at: plus(t0, 10_000),
+            fence: 1,
+            state: RecordState::InProgress {
+                owner,
+                lease_until: plus(t0, 1_000),
+            },
+        };
+        let errors = [
+            store.read(&k, t0).await.map(drop),
+            store
+                .claim(ClaimRequest {
+                    key: &k,
+                    fingerprint: &fingerprint,
+                    owner,
+                    now: later,
+                    lease_until: later,
+                    expires_at: plus(later, 10_000),
+                })
+                .await
+                .map(drop),
+            store
+                .take_over(TakeoverRequest {
+                    key: &k,
+                    seen_owner: owner,
+                    seen_lease_until: plus(t0, 1_000),
+                    owner: OwnerToken::random(),
+                    now: t0,
+                    lease_until: t0,
+                    expires_at: plus(t0, 10_000),
+                    fence: seen.fence + 1,
+                })
+                .await
+                .map(drop),
+            store
+                .renew(RenewRequest {
+                    key: &k,
+                    owner,
+                    now: t0,
+                    lease_until: plus(t0, 5_000),
+                })
+                .await
+                .map(drop),
+            store
+                .mark_unknown(MarkUnknownRequest {
+                    key: &k,
+                    owner,
+                    now: t0,
+                    since: t0,
+                })
+                .await
+                .map(drop),
+            store.complete(&k, owner, &outcome(), t0).await.map(drop),
+            store.release(&k, owner).await.map(drop),
+        ];
+        for (n, result) in errors.into_iter().enumerate() {
+            let error = result.expect_err("a newer layout is refused");
+            assert_eq!(error.kind, StoreErrorKind::Corrupt, "{n}: {error}");
+            assert!(error.message.contains(&newer), "{n}: {error}");
+            assert!(error.message.contains("layout version 3"), "{n}: {error}");
+        }
+        assert_eq!(raw.hash(&newer).await, hash, "left untouched");
+        // An expired record whose fence is not a number is not claimed over (F1 cannot
+        // continue from it): a typed error.
+        let bad = store.record_key(&key(28));
+        let _: i64 = raw
+            .cmd(&[
+                "HSET",
+                &bad,
+                "v",
+                "2",
+                "fingerprint",
+                fingerprint.as_str(),
+                "created_at",
+                &digits(0),
+                "expires_at",
+                &digits(1),
+                "owner",
+                &owner.to_hex(),
+                "lease_until",
+                &digits(1),
+                "fence",
+                "x",
+            ])
+            .await;
+        let error = store
+            .claim(ClaimRequest {
+                key: &key(28),
+                fingerprint: &fingerprint,
+                owner,
+                now: t0,
+                lease_until: t0,
+                expires_at: plus(t0, 10),
+            })
+            .await
+            .expect_err("a fence that is not a number");
+        assert_eq!(error.kind, StoreErrorKind::Corrupt, "{error}");
+        assert!(error.message.contains("fence"), "{error}");
+        assert_eq!(raw.field(&bad, "fence").await.as_deref(), Some("x"));
+    }
 }

@@ -223,6 +223,7 @@ fn crash_before_the_record(fresh: Fresh, point: CrashPoint) {
                     executed.push(job.name.clone());
                 }
                 CallStatus::Replayed => assert!(!record.takeover),
+                CallStatus::Reconciled => panic!("the tool has no reconcile function: {record:?}"),
             }
             outcomes.insert(out);
         }

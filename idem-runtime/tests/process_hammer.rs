@@ -111,6 +111,7 @@ fn hammer(fresh: Fresh, processes: usize, tasks: usize, barrier: Barrier) {
                     .or_default()
                     .push(job.name.clone()),
                 CallStatus::Replayed => {}
+                CallStatus::Reconciled => panic!("the tool has no reconcile function: {record:?}"),
             }
             outcomes.entry(line.order).or_default().insert(out);
         }

@@ -142,9 +142,7 @@ impl ClaimedCall {
                 self.needs_reconcile = false;
                 Ok(self)
             }
-            Reconciled::Done(outcome) => {
-                Err(self.finish(outcome, CallStatus::Reconciled).await)
-            }
+            Reconciled::Done(outcome) => Err(self.finish(outcome, CallStatus::Reconciled).await),
             Reconciled::Unknown => Err(self.still_unknown().await),
         }
     }

@@ -123,7 +123,9 @@ impl Store for MemoryStore {
         if state.claims_since_sweep >= SWEEP_EVERY {
             state.claims_since_sweep = 0;
             if let Some(cutoff) = gc_cutoff(req.now) {
-                state.records.retain(|_, record| !is_garbage(record, cutoff));
+                state
+                    .records
+                    .retain(|_, record| !is_garbage(record, cutoff));
             }
             state
                 .signals

@@ -22,6 +22,9 @@ use idem_runtime::{
 
 use crate::support::{default_spec, key_of, refund, spec, FaultyStore, Harness, TestStore};
 
+mod never_twice;
+pub use never_twice::*;
+
 /// Makes a fresh, empty store for one test.
 pub type Factory = fn() -> TestStore;
 
@@ -94,7 +97,7 @@ macro_rules! conformance_suite {
         conformance_suite!(@module $backend, $factory, {
             sync_tests!(
                 sixty_four_threads_through_the_sync_path_run_the_body_once,
-                panicking_body_releases_the_claim,
+                a_panicking_body_holds_the_key_as_unknown,
             );
         });
     };
@@ -122,8 +125,17 @@ macro_rules! conformance_suite {
                 zero_wait_answers_in_progress_at_once,
                 lapsed_lease_is_taken_over_and_the_stale_owner_is_fenced,
                 zero_lease_is_already_lapsed,
-                dropped_future_releases_the_claim,
                 future_dropped_during_the_claim_leaves_no_claim,
+                a_renewed_lease_is_never_taken_over,
+                a_dead_owner_is_taken_over_one_lease_after_its_last_renewal,
+                the_fence_strictly_increases_across_takeovers,
+                an_unknown_outcome_holds_the_key_until_its_lease_lapses,
+                a_cancelled_body_holds_the_key_as_unknown,
+                on_cancel_release_releases_at_once,
+                reconcile_done_is_saved_and_replayed,
+                reconcile_not_done_runs_the_body_and_unknown_asks_again,
+                finishing_survives_a_dropped_caller,
+                store_renew_and_mark_unknown_compare_the_owner,
                 ttl_boundary_is_exact,
                 mismatch_on_a_completed_record_leaves_it_untouched,
                 mismatch_on_an_in_progress_record_and_on_takeover,
@@ -142,6 +154,9 @@ macro_rules! conformance_suite {
             multi_thread_tests!(
                 sixty_four_concurrent_async_callers_run_the_body_once,
                 in_progress_duplicate_waits_then_replays,
+                slow_bodies_under_duplicates_run_once,
+                random_aborts_leave_no_key_in_progress,
+                a_year_ahead_worker_deletes_nothing_live,
             );
             $($sync)*
         }
@@ -664,10 +679,12 @@ pub async fn zero_wait_answers_in_progress_at_once(make: Factory) {
     assert_eq!(out, Ok(()));
 }
 
-// pins S6: after the lease lapses the first caller takes over and runs the body with the same key;
-// the stale owner finishing late cannot overwrite the new owner's record
+// pins S6, L2: after the lease lapses the first caller takes over and runs the body with the same
+// key; the stale owner finishing late cannot overwrite the new owner's record. (The owner is cut
+// off from the store: its renewals fail, so its lease lapses while its body still runs.)
 pub async fn lapsed_lease_is_taken_over_and_the_stale_owner_is_fenced(make: Factory) {
-    let h = harness(make);
+    let (h, faulty) = faulty_harness(make);
+    faulty.fail_renew.store(true, Ordering::SeqCst);
     let spec = spec("send_refund", 86_400_000, 1_000, 0);
     let ctx = h.ctx("conv_lease");
     let stale = prepare(spec, Some(&ctx), |a| a.key("order", &4u64).map(drop)).unwrap();
@@ -735,83 +752,6 @@ pub async fn zero_lease_is_already_lapsed(make: Factory) {
     assert_eq!(h.log.len(), 1);
 }
 
-// pins S7: a panicking body releases its claim; the next call runs the body (sync path, no runtime)
-pub fn panicking_body_releases_the_claim(make: Factory) {
-    let h = harness(make);
-    let spec = default_spec();
-    let ctx = h.ctx("conv_panic");
-    let key = key_of(spec, &ctx, 6);
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let p = prepare(spec, Some(&ctx), |a| a.key("order", &6u64).map(drop)).unwrap();
-        p.run_blocking(|| -> Result<u64, ToolError> { panic!("tool bug") })
-    }));
-    assert!(result.is_err());
-    assert_eq!(
-        pollster::block_on(h.store.read(&key, h.now())).unwrap(),
-        None
-    );
-    assert_eq!(pollster::block_on(refund(spec, &ctx, &h.log, 6)), Ok(600));
-}
-
-// pins S7: a dropped (cancelled) call future releases its claim. The future is dropped while
-// the body runs (the claim is held), as a timeout or an aborted task would drop it.
-pub async fn dropped_future_releases_the_claim(make: Factory) {
-    let h = harness(make);
-    let spec = default_spec();
-    let ctx = h.ctx("conv_cancel");
-    let key = key_of(spec, &ctx, 2);
-    let (entered_tx, entered_rx) = tokio::sync::oneshot::channel();
-    let p = prepare(spec, Some(&ctx), |a| a.key("order", &2u64).map(drop)).unwrap();
-    let task = tokio::spawn(p.run(async move {
-        entered_tx.send(()).unwrap();
-        std::future::pending::<Result<u64, ToolError>>().await
-    }));
-    entered_rx.await.unwrap();
-    assert!(h.store.read(&key, h.now()).await.unwrap().is_some());
-    task.abort();
-    assert!(task.await.unwrap_err().is_cancelled());
-    released_soon(&h, &key, h.now()).await;
-    assert_eq!(refund(spec, &ctx, &h.log, 2).await, Ok(200));
-}
-
-/// Waits until `key` has no live record: at once for in-process stores, whose guard releases
-/// inline; in real time, bounded, for network stores, whose guard spawns the release (S7).
-async fn released_soon(h: &Harness, key: &IdempotencyKey, now: Timestamp) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while h.store.read(key, now).await.unwrap().is_some() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the guard's release did not happen"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-// pins S7: a call future dropped at its first poll, while its claim may still be in flight in
-// the store (a blocking pool, a network round trip), leaves no claim behind once the store has
-// settled: the store releases a claim that nobody is left to own.
-pub async fn future_dropped_during_the_claim_leaves_no_claim(make: Factory) {
-    let h = harness(make);
-    let spec = default_spec();
-    let ctx = h.ctx("conv_cancel_early");
-    let key = key_of(spec, &ctx, 11);
-    let p = prepare(spec, Some(&ctx), |a| a.key("order", &11u64).map(drop)).unwrap();
-    let mut call = Box::pin(p.run(std::future::pending::<Result<u64, ToolError>>()));
-    assert!(futures_util::poll!(&mut call).is_pending());
-    drop(call);
-    // Real time, not the manual clock: this waits for the store's own threads, bounded.
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while h.store.read(&key, h.now()).await.unwrap().is_some() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the abandoned claim is still in progress"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert_eq!(refund(spec, &ctx, &h.log, 11).await, Ok(1100));
-    assert_eq!(h.log.len(), 1);
-}
-
 // pins S8: live while now < created + ttl; at ttl − 1 ms it replays, at ttl it runs again
 pub async fn ttl_boundary_is_exact(make: Factory) {
     let h = harness(make);
@@ -873,9 +813,10 @@ pub async fn mismatch_on_a_completed_record_leaves_it_untouched(make: Factory) {
 }
 
 // pins S9: Mismatch also on the in-progress path (claim conflict), even after the lease lapsed;
-// the in-progress record is untouched
+// the in-progress record is untouched (the owner's renewals fail, so nothing else touches it)
 pub async fn mismatch_on_an_in_progress_record_and_on_takeover(make: Factory) {
-    let h = harness(make);
+    let (h, faulty) = faulty_harness(make);
+    faulty.fail_renew.store(true, Ordering::SeqCst);
     let spec = spec("send_refund", 86_400_000, 1_000, 0);
     let ctx = h.ctx("conv_mm2");
     let clock = h.clock.clone();
@@ -1048,7 +989,10 @@ pub async fn store_claim_is_insert_if_absent_with_exact_expiry(make: Factory) {
         OwnerToken::random(),
     );
     let req = claim_req(&key, &fp, a, at(0), at(100), at(1_000));
-    assert_eq!(store.claim(req).await.unwrap(), Claim::Acquired { fence: 1 });
+    assert_eq!(
+        store.claim(req).await.unwrap(),
+        Claim::Acquired { fence: 1 }
+    );
     let in_progress = store.read(&key, at(0)).await.unwrap().unwrap();
     assert_eq!(in_progress.fingerprint, fp);
     assert_eq!(
@@ -1089,7 +1033,10 @@ pub async fn store_claim_is_insert_if_absent_with_exact_expiry(make: Factory) {
     // An expired record is replaced by a new claim, with the new fingerprint and the
     // next fence (F1).
     let req = claim_req(&key, &other_fp, c, at(1_000), at(1_100), at(2_000));
-    assert_eq!(store.claim(req).await.unwrap(), Claim::Acquired { fence: 2 });
+    assert_eq!(
+        store.claim(req).await.unwrap(),
+        Claim::Acquired { fence: 2 }
+    );
     let fresh = store.read(&key, at(1_000)).await.unwrap().unwrap();
     assert_eq!(fresh.fingerprint, other_fp);
     assert_eq!((fresh.created_at, fresh.expires_at), (at(1_000), at(2_000)));
@@ -1120,7 +1067,10 @@ pub async fn store_take_over_and_complete_compare_the_owner(make: Factory) {
         OwnerToken::random(),
     );
     let req = claim_req(&key, &fp, stale, at(0), at(100), at(10_000));
-    assert_eq!(store.claim(req).await.unwrap(), Claim::Acquired { fence: 1 });
+    assert_eq!(
+        store.claim(req).await.unwrap(),
+        Claim::Acquired { fence: 1 }
+    );
     let takeover = |seen_owner, seen_lease_until, owner, now: u64| TakeoverRequest {
         key: &key,
         seen_owner,
@@ -1203,7 +1153,10 @@ pub async fn store_take_over_and_complete_compare_the_owner(make: Factory) {
     let key2 = test_key(4);
     let owner = OwnerToken::random();
     let req = claim_req(&key2, &fp, owner, at(0), at(5_000), at(1_000));
-    assert_eq!(store.claim(req).await.unwrap(), Claim::Acquired { fence: 1 });
+    assert_eq!(
+        store.claim(req).await.unwrap(),
+        Claim::Acquired { fence: 1 }
+    );
     assert_eq!(
         store
             .complete(&key2, owner, &stale_outcome, at(1_000))
@@ -1236,7 +1189,10 @@ pub async fn store_release_compares_the_owner(make: Factory) {
     let (key, fp) = (test_key(5), fingerprint(5));
     let (owner, other) = (OwnerToken::random(), OwnerToken::random());
     let req = claim_req(&key, &fp, owner, at(0), at(100), at(1_000));
-    assert_eq!(store.claim(req).await.unwrap(), Claim::Acquired { fence: 1 });
+    assert_eq!(
+        store.claim(req).await.unwrap(),
+        Claim::Acquired { fence: 1 }
+    );
     assert!(!store.release(&key, other).await.unwrap());
     assert!(store.read(&key, at(0)).await.unwrap().is_some());
     assert!(store.release(&key, owner).await.unwrap());
@@ -1260,7 +1216,10 @@ pub async fn store_keeps_any_envelope_text_verbatim(make: Factory) {
         let fp = fingerprint(1);
         let owner = OwnerToken::random();
         let req = claim_req(&key, &fp, owner, at(0), at(100), at(1_000));
-        assert_eq!(store.claim(req).await.unwrap(), Claim::Acquired { fence: 1 });
+        assert_eq!(
+            store.claim(req).await.unwrap(),
+            Claim::Acquired { fence: 1 }
+        );
         let envelope = Envelope::from_stored(*text);
         assert_eq!(
             store.complete(&key, owner, &envelope, at(1)).await.unwrap(),
@@ -1283,7 +1242,10 @@ pub async fn store_handles_extreme_timestamps(make: Factory) {
     let owner = OwnerToken::random();
     let max = Timestamp::from_millis(u64::MAX);
     let req = claim_req(&key, &fp, owner, Timestamp::EPOCH, max, max);
-    assert_eq!(store.claim(req).await.unwrap(), Claim::Acquired { fence: 1 });
+    assert_eq!(
+        store.claim(req).await.unwrap(),
+        Claim::Acquired { fence: 1 }
+    );
     let late = Timestamp::from_millis(i64::MAX as u64 / 2);
     let record = store
         .read(&key, late)
@@ -1325,6 +1287,9 @@ pub async fn store_handles_extreme_timestamps(make: Factory) {
         Timestamp::EPOCH,
         Timestamp::EPOCH,
     );
-    assert_eq!(store.claim(req).await.unwrap(), Claim::Acquired { fence: 1 });
+    assert_eq!(
+        store.claim(req).await.unwrap(),
+        Claim::Acquired { fence: 1 }
+    );
     assert_eq!(store.read(&key0, Timestamp::EPOCH).await.unwrap(), None);
 }

@@ -29,7 +29,8 @@ use std::time::{Duration, Instant};
 use idem_runtime::envelope::Envelope;
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::store::{
-    ChangeSignal, Claim, ClaimRequest, Completion, OwnerToken, Record, StoreFuture, TakeoverRequest,
+    ChangeSignal, Claim, ClaimRequest, Completion, MarkUnknownRequest, OwnerToken, Record,
+    RenewRequest, StoreFuture, TakeoverRequest,
 };
 use idem_runtime::testkit::ManualClock;
 use idem_runtime::{
@@ -114,7 +115,7 @@ impl Spans {
             ttl: Duration::from_millis(self.ttl_ms),
             lease: Duration::from_millis(self.lease_ms),
             wait: Duration::from_millis(self.wait_ms),
-            store: None,
+            ..ToolSpec::new(TOOL)
         }))
     }
 }
@@ -703,8 +704,11 @@ impl Store for ChildStore {
     ) -> StoreFuture<'a, Option<Record>> {
         self.inner.read(key, now)
     }
-    fn release_on_drop(&self, key: &IdempotencyKey, owner: OwnerToken) {
-        self.inner.release_on_drop(key, owner)
+    fn renew<'a>(&'a self, req: RenewRequest<'a>) -> StoreFuture<'a, bool> {
+        self.inner.renew(req)
+    }
+    fn mark_unknown<'a>(&'a self, req: MarkUnknownRequest<'a>) -> StoreFuture<'a, bool> {
+        self.inner.mark_unknown(req)
     }
     fn watch(&self, key: &IdempotencyKey) -> Option<ChangeSignal> {
         self.inner.watch(key)

@@ -305,14 +305,11 @@ impl Store for SqliteStore {
 
     fn take_over<'a>(&'a self, req: TakeoverRequest<'a>) -> StoreFuture<'a, bool> {
         let values = TakeoverValues::of(&req);
-        let undo = Undo {
-            key: req.key.clone(),
-            owner: req.owner,
-            acquired: |taken: &bool| *taken,
-        };
         self.run(
             move |conn, path| statements::take_over(conn, path, &values),
-            Some(undo),
+            // No undo: a takeover whose caller went away must not delete the record, whose
+            // outcome is unknown (U2); the claim lapses with its lease instead.
+            None,
         )
     }
 

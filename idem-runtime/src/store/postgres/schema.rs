@@ -1,0 +1,215 @@
+//! The PostgreSQL store's schema: created on a store's first use under an advisory lock,
+//! and its version checked (see the module documentation of [`super`]).
+
+use tokio_postgres::SimpleQueryMessage;
+
+use super::{Inner, BACKEND};
+use crate::store::{StoreError, StoreErrorKind};
+
+/// The schema version this build writes and reads: 2 (see the module documentation).
+/// A schema of version 1 is migrated to it in place on a store's first use; a schema of
+/// any other version is refused with [`StoreErrorKind::Unsupported`].
+pub const POSTGRES_SCHEMA_VERSION: i64 = 2;
+
+/// The one older schema version this build migrates from (version 1: no fencing tokens,
+/// no "outcome unknown" state).
+const MIGRATES_FROM: i64 = 1;
+
+/// The schema set-up statements, with the schema name spliced in once.
+pub(super) struct SchemaSql {
+    /// Creates the schema and the version table if absent.
+    setup_meta: String,
+    /// The stored schema version, if any.
+    read_version: String,
+    /// Creates the records table of version 2 and its index.
+    create_records: String,
+    /// Takes the transaction-level advisory lock of this schema name.
+    lock: String,
+    /// Records version 2 in a new schema.
+    write_version: String,
+    /// Migrates a records table of version 1 to version 2 in place.
+    migrate: String,
+    /// Records that a schema of version 1 is now of version 2.
+    update_version: String,
+}
+
+impl SchemaSql {
+    pub(super) fn new(schema: &str) -> Self {
+        let s = format!("\"{schema}\"");
+        SchemaSql {
+            setup_meta: format!(
+                "CREATE SCHEMA IF NOT EXISTS {s};
+                 CREATE TABLE IF NOT EXISTS {s}.meta (name TEXT PRIMARY KEY, value BIGINT NOT NULL);"
+            ),
+            read_version: format!("SELECT value FROM {s}.meta WHERE name = 'schema_version'"),
+            // The same table as a version 1 table after `migrate` (same columns, defaults
+            // and checks; only `migrate` adds its checks NOT VALID), so that stores created
+            // by either path behave alike.
+            create_records: format!(
+                "CREATE TABLE IF NOT EXISTS {s}.records (
+                    key           TEXT PRIMARY KEY,
+                    fingerprint   TEXT NOT NULL,
+                    created_at    BIGINT NOT NULL,
+                    expires_at    BIGINT NOT NULL,
+                    owner         TEXT,
+                    lease_until   BIGINT,
+                    outcome       TEXT,
+                    completed_at  BIGINT,
+                    fence         BIGINT NOT NULL DEFAULT 1,
+                    unknown_since BIGINT,
+                    CHECK ((owner IS NOT NULL AND lease_until IS NOT NULL
+                            AND outcome IS NULL AND completed_at IS NULL)
+                        OR (owner IS NULL AND lease_until IS NULL
+                            AND outcome IS NOT NULL AND completed_at IS NOT NULL)),
+                    CONSTRAINT records_fence_positive CHECK (fence >= 1),
+                    CONSTRAINT records_unknown_has_owner
+                        CHECK (unknown_since IS NULL OR owner IS NOT NULL)
+                 );
+                 CREATE INDEX IF NOT EXISTS records_expires_at ON {s}.records (expires_at);"
+            ),
+            lock: format!("SELECT pg_advisory_xact_lock(hashtext('idem schema {schema}'))"),
+            write_version: format!(
+                "INSERT INTO {s}.meta (name, value) VALUES ('schema_version', {POSTGRES_SCHEMA_VERSION})"
+            ),
+            // Adding a column with a constant default rewrites no row (PostgreSQL 11 and
+            // later), and every version 1 row meets the new checks (fence 1, no
+            // `unknown_since`), so they are added NOT VALID: no scan of the table either.
+            // New and changed rows are checked all the same.
+            migrate: format!(
+                "ALTER TABLE {s}.records
+                    ADD COLUMN fence BIGINT NOT NULL DEFAULT 1,
+                    ADD COLUMN unknown_since BIGINT,
+                    ADD CONSTRAINT records_fence_positive CHECK (fence >= 1) NOT VALID,
+                    ADD CONSTRAINT records_unknown_has_owner
+                        CHECK (unknown_since IS NULL OR owner IS NOT NULL) NOT VALID"
+            ),
+            update_version: format!(
+                "UPDATE {s}.meta SET value = {POSTGRES_SCHEMA_VERSION}
+                 WHERE name = 'schema_version' AND value = {MIGRATES_FROM}"
+            ),
+        }
+    }
+}
+
+impl Inner {
+    /// Creates the schema if absent, migrates it from version 1, checks its version (see
+    /// the module documentation): one transaction holding the schema name's advisory lock,
+    /// so that stores starting together, in any process, neither race nor migrate twice.
+    pub(super) async fn set_up(
+        &self,
+        client: &mut deadpool_postgres::Client,
+    ) -> Result<(), StoreError> {
+        // Simple queries only (the schema name is a checked identifier, the versions
+        // constants): one round trip each, no one-off prepared statements.
+        let failed = |e| self.db_error("set up the schema", e);
+        self.count();
+        let tx = client.transaction().await.map_err(failed)?;
+        // Serialises concurrent first uses of one schema name, across processes.
+        self.count();
+        tx.batch_execute(&self.schema_sql.lock)
+            .await
+            .map_err(failed)?;
+        self.count();
+        tx.batch_execute(&self.schema_sql.setup_meta)
+            .await
+            .map_err(failed)?;
+        self.count();
+        let version = tx
+            .simple_query(&self.schema_sql.read_version)
+            .await
+            .map_err(failed)?
+            .into_iter()
+            .find_map(|message| match message {
+                SimpleQueryMessage::Row(row) => Some(row.get(0).map(str::to_owned)),
+                _ => None,
+            });
+        let found = match version {
+            None => None,
+            Some(text) => Some(
+                text.as_deref()
+                    .and_then(|text| text.parse::<i64>().ok())
+                    .ok_or_else(|| {
+                        StoreError::new(
+                            BACKEND,
+                            StoreErrorKind::Corrupt,
+                            format!(
+                                "the PostgreSQL store at {} has an unreadable schema version \
+                                 {text:?} in schema {}",
+                                self.url, self.schema
+                            ),
+                        )
+                    })?,
+            ),
+        };
+        let (create, record_version) = match found {
+            None => (
+                &self.schema_sql.create_records,
+                &self.schema_sql.write_version,
+            ),
+            Some(MIGRATES_FROM) => {
+                let (url, schema) = (&self.url, &self.schema);
+                tracing::info!(%url, %schema, "migrating the idem schema from version {MIGRATES_FROM} to {POSTGRES_SCHEMA_VERSION}");
+                (&self.schema_sql.migrate, &self.schema_sql.update_version)
+            }
+            Some(POSTGRES_SCHEMA_VERSION) => {
+                // Nothing to change: commit the empty transaction (releases the lock).
+                self.count();
+                return tx.commit().await.map_err(failed);
+            }
+            Some(found) => {
+                return Err(StoreError::new(
+                    BACKEND,
+                    StoreErrorKind::Unsupported,
+                    format!(
+                        "the PostgreSQL store at {} has idem schema version {found} in schema {}; \
+                         this build reads version {POSTGRES_SCHEMA_VERSION} (and migrates \
+                         version {MIGRATES_FROM})",
+                        self.url, self.schema
+                    ),
+                ))
+            }
+        };
+        self.count();
+        tx.batch_execute(create).await.map_err(failed)?;
+        self.count();
+        tx.batch_execute(record_version).await.map_err(failed)?;
+        self.count();
+        tx.commit().await.map_err(failed)
+    }
+}
+
+/// Whether `schema` is a plain lowercase identifier (safe to quote into SQL) that
+/// PostgreSQL accepts for a new schema (`pg_…` names are reserved for the system).
+pub(super) fn valid_schema(schema: &str) -> bool {
+    let mut chars = schema.chars();
+    matches!(chars.next(), Some('a'..='z' | '_'))
+        && chars.all(|c| matches!(c, 'a'..='z' | '0'..='9' | '_'))
+        && schema.len() <= 63
+        && !schema.starts_with("pg_")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::valid_schema;
+
+    #[test]
+    fn schema_names_are_plain_identifiers() {
+        for ok in ["idem", "_x", "idem_test_0af3", &"a".repeat(63)] {
+            assert!(valid_schema(ok), "{ok}");
+        }
+        for bad in ["", "9x", "Idem", "a-b", "a\"b", "x; DROP", &"a".repeat(64)] {
+            assert!(!valid_schema(bad), "{bad}");
+        }
+    }
+
+    // pins S10: a schema name PostgreSQL reserves is refused up front
+    #[test]
+    fn reserved_schema_names_are_refused() {
+        for bad in ["pg_idem", "pg_", "pg_catalog", "pg_toast"] {
+            assert!(!valid_schema(bad), "{bad}");
+        }
+        for ok in ["pgx", "pg", "idem_pg_", "_pg_x"] {
+            assert!(valid_schema(ok), "{ok}");
+        }
+    }
+}

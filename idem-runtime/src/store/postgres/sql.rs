@@ -1,0 +1,118 @@
+//! The SQL of the PostgreSQL store's operations (see the module documentation of
+//! [`super`]). Every statement names the schema (a checked identifier, quoted) and binds
+//! everything else as a parameter: keys, fingerprints, owners, outcomes, times (ms since
+//! the Unix epoch, `BIGINT`) and fencing tokens (`BIGINT`).
+
+/// The columns of a record, in the order `Inner::decode` reads them (columns 1 to
+/// 9 of `claim` and `read_live`, after column 0, `acquired`).
+const ROW: &str = "fingerprint, created_at, expires_at, fence, owner, lease_until, \
+                   unknown_since, outcome, completed_at";
+
+/// The server's clock in ms since the Unix epoch: the start of the current statement, so
+/// one value per statement (`statement_timestamp()` is stable, so the planner can compare
+/// it with the `expires_at` index).
+const SERVER_NOW_MS: &str = "floor(extract(epoch FROM statement_timestamp()) * 1000)::BIGINT";
+
+/// The operations' statements, with the schema name spliced in once.
+pub(super) struct Statements {
+    /// Insert-if-absent; answers `acquired` and the new fence, or the live row.
+    /// `$1` key, `$2` fingerprint, `$3` now, `$4` expires_at, `$5` owner, `$6` lease_until.
+    pub(super) claim: String,
+    /// The live row, as the live branch of `claim`. `$1` key, `$2` now.
+    pub(super) read_live: String,
+    /// Compare-and-set on owner and lease of a row in progress or outcome unknown. `$1`
+    /// owner, `$2` lease_until, `$3` now, `$4` expires_at, `$5` key, `$6` seen owner, `$7`
+    /// seen lease_until, `$8` fence.
+    pub(super) take_over: String,
+    /// Compare-and-set on the owner of a live row in progress: the new lease. `$1`
+    /// lease_until, `$2` key, `$3` owner, `$4` now.
+    pub(super) renew: String,
+    /// Compare-and-set on the owner of a live row in progress: outcome unknown since `$1`.
+    /// `$2` key, `$3` owner, `$4` now.
+    pub(super) mark_unknown: String,
+    /// Compare-and-set on the owner of a live row in progress: the outcome. `$1` outcome,
+    /// `$2` completed_at (now), `$3` key, `$4` owner.
+    pub(super) complete: String,
+    /// Compare-and-delete on the owner of a row in progress. `$1` key, `$2` owner.
+    pub(super) release: String,
+    /// Deletes at most `$3` garbage rows (G1) by the cutoff `min($1, server now) − $2`.
+    pub(super) collect_some: String,
+    /// Deletes every garbage row (G1) by the cutoff `min($1, server now) − $2`.
+    pub(super) collect_all: String,
+}
+
+impl Statements {
+    pub(super) fn new(schema: &str) -> Self {
+        let s = format!("\"{schema}\"");
+        // G1: a row is garbage once it expired, and (unless completed) its lease lapsed, at
+        // or before the cutoff judged by the caller's clock ($1) and by the server's, less
+        // the margin ($2). The expression is stable: evaluated once per statement.
+        let cutoff = format!("(LEAST($1::BIGINT, {SERVER_NOW_MS}) - $2::BIGINT)");
+        let garbage =
+            format!("expires_at <= {cutoff} AND (outcome IS NOT NULL OR lease_until <= {cutoff})");
+        Statements {
+            claim: format!(
+                "WITH live AS (
+                    SELECT {ROW} FROM {s}.records WHERE key = $1 AND expires_at > $3
+                 ),
+                 ins AS (
+                    INSERT INTO {s}.records AS r
+                        (key, fingerprint, created_at, expires_at, owner, lease_until, fence)
+                    SELECT $1::TEXT, $2::TEXT, $3::BIGINT, $4::BIGINT, $5::TEXT, $6::BIGINT, 1
+                    WHERE NOT EXISTS (SELECT 1 FROM live)
+                    ON CONFLICT (key) DO UPDATE SET
+                        fingerprint = EXCLUDED.fingerprint,
+                        created_at = EXCLUDED.created_at,
+                        expires_at = EXCLUDED.expires_at,
+                        owner = EXCLUDED.owner,
+                        lease_until = EXCLUDED.lease_until,
+                        fence = CASE WHEN r.fence < 9223372036854775807
+                                     THEN r.fence + 1 ELSE r.fence END,
+                        unknown_since = NULL,
+                        outcome = NULL,
+                        completed_at = NULL
+                    WHERE r.expires_at <= $3
+                    RETURNING r.fence
+                 )
+                 SELECT TRUE AS acquired, NULL::TEXT, NULL::BIGINT, NULL::BIGINT, fence,
+                        NULL::TEXT, NULL::BIGINT, NULL::BIGINT, NULL::TEXT, NULL::BIGINT
+                 FROM ins
+                 UNION ALL
+                 SELECT FALSE, {ROW} FROM live WHERE NOT EXISTS (SELECT 1 FROM ins)"
+            ),
+            read_live: format!(
+                "SELECT FALSE, {ROW} FROM {s}.records WHERE key = $1 AND expires_at > $2"
+            ),
+            take_over: format!(
+                "UPDATE {s}.records
+                 SET owner = $1, lease_until = $2, created_at = $3, expires_at = $4, fence = $8,
+                     unknown_since = NULL
+                 WHERE key = $5 AND owner = $6 AND lease_until = $7 AND expires_at > $3"
+            ),
+            renew: format!(
+                "UPDATE {s}.records SET lease_until = $1
+                 WHERE key = $2 AND owner = $3 AND unknown_since IS NULL AND expires_at > $4"
+            ),
+            mark_unknown: format!(
+                "UPDATE {s}.records SET unknown_since = $1
+                 WHERE key = $2 AND owner = $3 AND unknown_since IS NULL AND expires_at > $4"
+            ),
+            complete: format!(
+                "UPDATE {s}.records
+                 SET owner = NULL, lease_until = NULL, outcome = $1, completed_at = $2
+                 WHERE key = $3 AND owner = $4 AND unknown_since IS NULL AND expires_at > $2"
+            ),
+            release: format!(
+                "DELETE FROM {s}.records WHERE key = $1 AND owner = $2 AND unknown_since IS NULL"
+            ),
+            // The garbage test is repeated outside the sub-select: a row re-claimed between
+            // the two (READ COMMITTED re-checks the outer condition on the new row) stays.
+            collect_some: format!(
+                "DELETE FROM {s}.records WHERE key IN
+                    (SELECT key FROM {s}.records WHERE {garbage} LIMIT $3)
+                 AND {garbage}"
+            ),
+            collect_all: format!("DELETE FROM {s}.records WHERE {garbage}"),
+        }
+    }
+}

@@ -1,0 +1,281 @@
+//! The record encoding: one Redis hash per idempotency key (the fields are listed in the
+//! [module documentation](super)), its layout versions, and the decoding of a hash read
+//! back (`HMGET` of [`FIELDS`], or the claim script's answer for a live record).
+
+use redis::Value;
+
+use crate::clock::Timestamp;
+use crate::envelope::Envelope;
+use crate::key::Fingerprint;
+use crate::store::{OwnerToken, Record, RecordState};
+
+/// The layout version this build writes in each record's `v` field.
+///
+/// - `1`: the first layout: no fencing token and no "outcome unknown" state.
+/// - `2`: adds `fence` (the fencing token, F1) and `unknown_since` (the outcome-unknown
+///   state, U1).
+///
+/// This build reads both; a layout-1 record reads with fence 1 and becomes layout 2 (with
+/// fence 1) the first time a script writes it. A record of any other version (one written
+/// by a newer build) is neither read nor written: every operation on it fails with
+/// [`StoreErrorKind::Corrupt`](crate::StoreErrorKind::Corrupt) and leaves it untouched.
+pub const REDIS_LAYOUT_VERSION: u32 = 2;
+
+/// The layout versions this build reads, as stored.
+pub(super) const READABLE: [&str; 2] = ["1", "2"];
+
+/// The fields a read returns, in this order.
+pub(super) const FIELDS: [&str; 10] = [
+    "v",
+    "fingerprint",
+    "created_at",
+    "expires_at",
+    "owner",
+    "lease_until",
+    "outcome",
+    "completed_at",
+    "fence",
+    "unknown_since",
+];
+
+/// The largest number a record holds, as stored (`u64::MAX`, 20 digits).
+pub(super) const MAX_NUMBER: &str = "18446744073709551615";
+
+/// An instant (ms since the Unix epoch) or a fencing token as stored: exactly 20 decimal
+/// digits, zero-padded, so that the Lua scripts compare and increment them as strings,
+/// exactly over the whole `u64` range (Lua's numbers are doubles, exact only below 2^53).
+pub(super) fn number_arg(n: u64) -> String {
+    format!("{n:020}")
+}
+
+/// A stored number ([`number_arg`]): `None` unless exactly 20 decimal digits within `u64`.
+pub(super) fn parse_number(text: &str) -> Option<u64> {
+    (text.len() == 20 && text.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| text.parse::<u64>().ok())
+        .flatten()
+}
+
+/// Decodes the fields of [`FIELDS`], in that order, as an `HMGET` returns them: `Ok(None)`
+/// when the hash is absent (every field nil), `Err` naming what is wrong with a hash that is
+/// not a valid record of a layout this build reads.
+pub(super) fn decode(value: Value) -> Result<Option<Record>, String> {
+    let Value::Array(items) = value else {
+        return Err("unexpected reply shape".to_owned());
+    };
+    if items.len() != FIELDS.len() {
+        return Err("unexpected number of fields".to_owned());
+    }
+    let mut fields: Vec<Option<String>> = Vec::with_capacity(FIELDS.len());
+    for (item, name) in items.into_iter().zip(FIELDS) {
+        fields.push(match item {
+            Value::Nil => None,
+            Value::BulkString(bytes) => {
+                Some(String::from_utf8(bytes).map_err(|_| format!("{name} is not UTF-8"))?)
+            }
+            _ => return Err(format!("{name} is not a string")),
+        });
+    }
+    if fields.iter().all(Option::is_none) {
+        return Ok(None);
+    }
+    let mut it = fields.into_iter();
+    let mut next = || it.next().flatten();
+    let (v, fingerprint, created_at, expires_at) = (next(), next(), next(), next());
+    let (owner, lease_until, outcome, completed_at) = (next(), next(), next(), next());
+    let (fence, unknown_since) = (next(), next());
+    let layout = match v.as_deref() {
+        Some(v) if READABLE.contains(&v) => v,
+        Some(v) => return Err(unknown_layout(v)),
+        None => return Err("no layout version".to_owned()),
+    };
+    let fence = match (layout, fence) {
+        // Layout 1 had neither a fencing token nor an unknown outcome: fence 1 (F1).
+        ("1", None) if unknown_since.is_none() => 1,
+        ("1", _) => return Err("layout 1 with a field of layout 2".to_owned()),
+        (_, Some(fence)) => number(Some(fence), "fence")?,
+        (_, None) => return Err("no fence".to_owned()),
+    };
+    let fingerprint = fingerprint
+        .as_deref()
+        .and_then(Fingerprint::from_hex)
+        .ok_or("fingerprint is not 64 lowercase hex digits")?;
+    let token =
+        |owner: String| OwnerToken::from_hex(&owner).ok_or("owner is not 32 lower-case hex digits");
+    let state = match (owner, lease_until, unknown_since, outcome, completed_at) {
+        (Some(owner_text), lease_until @ Some(_), None, None, None) => RecordState::InProgress {
+            owner: token(owner_text)?,
+            lease_until: instant(lease_until, "lease_until")?,
+        },
+        (Some(owner_text), lease_until @ Some(_), since @ Some(_), None, None) => {
+            RecordState::OutcomeUnknown {
+                owner: token(owner_text)?,
+                lease_until: instant(lease_until, "lease_until")?,
+                since: instant(since, "unknown_since")?,
+            }
+        }
+        (None, None, None, Some(outcome), completed_at @ Some(_)) => RecordState::Completed {
+            outcome: Envelope::from_stored(outcome),
+            completed_at: instant(completed_at, "completed_at")?,
+        },
+        _ => return Err("neither in progress, outcome unknown nor completed".to_owned()),
+    };
+    Ok(Some(Record {
+        fingerprint,
+        created_at: instant(created_at, "created_at")?,
+        expires_at: instant(expires_at, "expires_at")?,
+        fence,
+        state,
+    }))
+}
+
+fn number(value: Option<String>, name: &str) -> Result<u64, String> {
+    value
+        .as_deref()
+        .and_then(parse_number)
+        .ok_or_else(|| format!("{name} is not 20 decimal digits"))
+}
+
+fn instant(value: Option<String>, name: &str) -> Result<Timestamp, String> {
+    number(value, name).map(Timestamp::from_millis)
+}
+
+/// Why a record of layout `v` is refused: a newer build's, or not a version at all.
+pub(super) fn unknown_layout(v: &str) -> String {
+    match v.parse::<u32>() {
+        Ok(n) if n > REDIS_LAYOUT_VERSION => format!(
+            "layout version {n} is newer than this build's ({REDIS_LAYOUT_VERSION}): \
+             written by a newer idem"
+        ),
+        _ => format!("unknown layout version {v:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hash(fields: &[(&str, &str)]) -> Value {
+        Value::Array(
+            FIELDS
+                .iter()
+                .map(|name| {
+                    fields
+                        .iter()
+                        .find(|(n, _)| n == name)
+                        .map_or(Value::Nil, |(_, v)| {
+                            Value::BulkString(v.as_bytes().to_vec())
+                        })
+                })
+                .collect(),
+        )
+    }
+
+    const FP: &str = "abababababababababababababababababababababababababababababababab";
+    const OWNER: &str = "0000000000000000000000000000abcd";
+
+    fn in_progress(v: &str) -> Vec<(&'static str, String)> {
+        vec![
+            ("v", v.to_owned()),
+            ("fingerprint", FP.to_owned()),
+            ("created_at", number_arg(10)),
+            ("expires_at", number_arg(1_000)),
+            ("owner", OWNER.to_owned()),
+            ("lease_until", number_arg(100)),
+        ]
+    }
+
+    fn decode_fields(fields: &[(&'static str, String)]) -> Result<Option<Record>, String> {
+        let borrowed: Vec<(&str, &str)> = fields.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        decode(hash(&borrowed))
+    }
+
+    // pins S8, S10: instants and fences are stored as 20 digits, compared exactly as strings
+    #[test]
+    fn numbers_are_twenty_digits_that_compare_as_strings() {
+        let (a, b) = (number_arg(9), number_arg(u64::MAX));
+        assert!(a < b);
+        assert_eq!(b, MAX_NUMBER);
+        assert_eq!(parse_number(&b), Some(u64::MAX));
+        assert_eq!(parse_number(&a), Some(9));
+        for bad in [
+            "18446744073709551616",
+            "9",
+            "-0000000000000000001",
+            "0000000000000000000x",
+        ] {
+            assert_eq!(parse_number(bad), None, "{bad}");
+        }
+    }
+
+    // pins F1: a layout-1 record (no fence field) reads with fence 1; layout 2 keeps its fence
+    #[test]
+    fn layout_1_records_read_with_fence_1() {
+        let record = decode_fields(&in_progress("1")).unwrap().unwrap();
+        assert_eq!(record.fence, 1);
+        assert_eq!(
+            record.state,
+            RecordState::InProgress {
+                owner: OwnerToken::from_hex(OWNER).unwrap(),
+                lease_until: Timestamp::from_millis(100),
+            }
+        );
+        let mut v2 = in_progress("2");
+        v2.push(("fence", number_arg(7)));
+        assert_eq!(decode_fields(&v2).unwrap().unwrap().fence, 7);
+        let completed = [
+            ("v", "1".to_owned()),
+            ("fingerprint", FP.to_owned()),
+            ("created_at", number_arg(10)),
+            ("expires_at", number_arg(1_000)),
+            ("outcome", r#"{"ok":1}"#.to_owned()),
+            ("completed_at", number_arg(20)),
+        ];
+        let record = decode_fields(&completed).unwrap().unwrap();
+        assert_eq!(record.fence, 1);
+        assert!(matches!(record.state, RecordState::Completed { .. }));
+    }
+
+    // pins U1: an unknown outcome keeps its owner, lease and since
+    #[test]
+    fn unknown_outcomes_decode() {
+        let mut fields = in_progress("2");
+        fields.push(("fence", number_arg(3)));
+        fields.push(("unknown_since", number_arg(10)));
+        let record = decode_fields(&fields).unwrap().unwrap();
+        assert_eq!(
+            record.state,
+            RecordState::OutcomeUnknown {
+                owner: OwnerToken::from_hex(OWNER).unwrap(),
+                lease_until: Timestamp::from_millis(100),
+                since: Timestamp::from_millis(10),
+            }
+        );
+    }
+
+    // pins S10: records of a newer layout, or malformed ones, are refused with the reason
+    #[test]
+    fn malformed_and_newer_records_are_refused() {
+        let missing_fence = in_progress("2");
+        assert_eq!(decode_fields(&missing_fence).unwrap_err(), "no fence");
+        let newer = in_progress("3");
+        assert!(decode_fields(&newer).unwrap_err().contains("newer"));
+        let garbage = in_progress("x");
+        assert!(decode_fields(&garbage)
+            .unwrap_err()
+            .contains("unknown layout version"));
+        let mut v1_with_fence = in_progress("1");
+        v1_with_fence.push(("fence", number_arg(2)));
+        assert!(decode_fields(&v1_with_fence).is_err());
+        let mut unknown_without_lease = in_progress("2");
+        unknown_without_lease.retain(|(n, _)| *n != "lease_until");
+        unknown_without_lease.push(("fence", number_arg(1)));
+        unknown_without_lease.push(("unknown_since", number_arg(1)));
+        assert!(decode_fields(&unknown_without_lease).is_err());
+        let mut both = in_progress("2");
+        both.push(("fence", number_arg(1)));
+        both.push(("outcome", "{}".to_owned()));
+        both.push(("completed_at", number_arg(1)));
+        assert!(decode_fields(&both).is_err());
+        assert_eq!(decode(hash(&[])), Ok(None));
+    }
+}
