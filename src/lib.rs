@@ -57,9 +57,13 @@
 //! marks it retryable ([`ToolError::retryable`]: the effect did not happen, run again).
 //!
 //! [`#[idempotent]`](idempotent) documents every option: `scope` (`"conversation"`,
-//! `"global"`, `"call"` or your own), `ttl`, `lease`, `wait`, `name`, `skip(…)`,
-//! `key(…)` and `dispatch`, and what it checks at compile time: an argument that cannot be
-//! part of a key, or a return type that cannot be saved, is an error at that type.
+//! `"global"`, `"call"` or your own), `ttl`, `lease`, `wait`, `heartbeat` (how often a
+//! running call renews its lease, L1; a third of the lease by default), `on_cancel`
+//! (`"hold"`, the default, or `"release"`: what a cancelled or panicked body leaves, U4),
+//! `reconcile` (the fn asked whether the effect of a run whose outcome is unknown happened,
+//! U3), `name`, `skip(…)`, `key(…)`, `store` and `dispatch`, and what it checks at compile
+//! time: an argument that cannot be part of a key, or a return type that cannot be saved, is
+//! an error at that type. Durations are humantime strings applied in whole milliseconds.
 //!
 //! # Sync tools, choosing the key, an explicit context
 //!

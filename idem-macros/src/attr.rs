@@ -1,12 +1,17 @@
 //! The grammar of `#[idempotent(…)]`: options parsed into a typed value that keeps the
-//! span of every token a later error may point at (contract C3, K6–K8, S8).
+//! span of every token a later error may point at (contract C3, K6–K8, S8, L1, U3, U4).
 //!
 //! ```text
 //! options  := (option ("," option)* ","?)?
 //! option   := "scope" "=" STRING | "ttl" "=" STRING | "lease" "=" STRING | "wait" "=" STRING
+//!           | "heartbeat" "=" STRING | "on_cancel" "=" ("\"hold\"" | "\"release\"")
+//!           | "reconcile" "=" PATH
 //!           | "name" "=" STRING | "store" "=" STRING | "dispatch" "=" BOOL
 //!           | "skip" "(" idents ")" | "key" "(" idents ")"
 //! ```
+//!
+//! `PATH` is an expression path naming a fn (`check_refund`, `Self::check_refund`,
+//! `crate::bank::check_refund`), not a string.
 //!
 //! Syntax errors stop the parse (one error). Errors in the values (an unknown or duplicate
 //! option, a bad duration or scope name, an argument named twice) are collected, so a user
@@ -18,7 +23,7 @@ use proc_macro2::{Span, TokenStream};
 use syn::ext::IdentExt;
 use syn::parse::{ParseStream, Parser};
 use syn::punctuated::Punctuated;
-use syn::{Expr, ExprLit, Ident, Lit, LitStr, Token};
+use syn::{Expr, ExprLit, ExprPath, Ident, Lit, LitStr, Token};
 
 /// A value and the span of the token it was written as.
 #[derive(Debug, Clone)]
@@ -36,6 +41,16 @@ pub(crate) enum ScopeKind {
     Named(String),
 }
 
+/// What happens to a claim whose body was cancelled (its future dropped) or panicked after
+/// it began (U4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnCancel {
+    /// The key stays held, its outcome unknown, until the lease lapses: at most once.
+    Hold,
+    /// The claim is released at once: the next call runs the body again, at least once.
+    Release,
+}
+
 /// `skip(…)` or `key(…)`: argument names as written.
 #[derive(Debug, Clone)]
 pub(crate) struct ArgList {
@@ -49,11 +64,21 @@ pub(crate) struct Options {
     pub ttl: Option<Spanned<Duration>>,
     pub lease: Option<Spanned<Duration>>,
     pub wait: Option<Spanned<Duration>>,
+    /// L1: the time between two renewals of a running call's lease.
+    pub heartbeat: Option<Spanned<Duration>>,
+    /// U4: what a cancelled or panicked body leaves behind.
+    pub on_cancel: Option<Spanned<OnCancel>>,
+    /// U3: the fn asked whether the effect of a call whose outcome is unknown (U1) happened.
+    pub reconcile: Option<ExprPath>,
     pub name: Option<Spanned<String>>,
     pub skip: Option<ArgList>,
     pub key: Option<ArgList>,
     pub dispatch: Option<Spanned<bool>>,
     pub store: Option<StoreOption>,
+    /// Options written with a value that did not parse: relations involving them are not
+    /// checked (their error is already reported; a default in their place could add a
+    /// misleading one).
+    pub invalid: Vec<String>,
 }
 
 /// `store = "…"`: the tool's own store locator, and the backend (cargo feature) it needs.
@@ -64,7 +89,18 @@ pub(crate) struct StoreOption {
 }
 
 const OPTIONS: &[&str] = &[
-    "scope", "ttl", "lease", "wait", "name", "skip", "key", "dispatch", "store",
+    "scope",
+    "ttl",
+    "lease",
+    "wait",
+    "heartbeat",
+    "on_cancel",
+    "reconcile",
+    "name",
+    "skip",
+    "key",
+    "dispatch",
+    "store",
 ];
 
 /// Parses the attribute's arguments. Returns what parsed, and the errors (combined) if
@@ -133,11 +169,13 @@ fn parse_options(
                     }
                 }
             }
-            "scope" | "ttl" | "lease" | "wait" | "name" | "dispatch" | "store" => {
+            "scope" | "ttl" | "lease" | "wait" | "heartbeat" | "on_cancel" | "reconcile"
+            | "name" | "dispatch" | "store" => {
                 let value = parse_value(input, &option)?;
                 if repeated {
                     errors.at(option.span(), duplicate(&option_name));
                 } else if let Err(error) = set_value(options, &option_name, &value) {
+                    options.invalid.push(option_name);
                     errors.push(error);
                 }
             }
@@ -178,6 +216,9 @@ fn parse_value(input: ParseStream, option: &Ident) -> syn::Result<Expr> {
             "ttl" => "ttl = \"24h\"",
             "lease" => "lease = \"60s\"",
             "wait" => "wait = \"5s\"",
+            "heartbeat" => "heartbeat = \"20s\"",
+            "on_cancel" => "on_cancel = \"hold\"",
+            "reconcile" => "reconcile = check_refund",
             "name" => "name = \"send_refund\"",
             "store" => "store = \"sqlite:agent.db\"",
             _ => "dispatch = false",
@@ -244,7 +285,7 @@ fn string_literal(value: &Expr, option: &str, example: &str) -> syn::Result<LitS
         }) => Ok(lit.clone()),
         Expr::Lit(ExprLit {
             lit: Lit::Int(lit), ..
-        }) if !lit.suffix().is_empty() => Err(syn::Error::new(
+        }) if !lit.suffix().is_empty() && DURATIONS.contains(&option) => Err(syn::Error::new(
             lit.span(),
             format!(
                 "write the duration of `{option}` as a string: `{option} = \"{}\"`",
@@ -260,6 +301,9 @@ fn string_literal(value: &Expr, option: &str, example: &str) -> syn::Result<LitS
     }
 }
 
+/// The options whose value is a duration.
+const DURATIONS: &[&str] = &["ttl", "lease", "wait", "heartbeat"];
+
 fn set_value(options: &mut Options, option: &str, value: &Expr) -> syn::Result<()> {
     match option {
         "scope" => {
@@ -269,10 +313,11 @@ fn set_value(options: &mut Options, option: &str, value: &Expr) -> syn::Result<(
                 span: lit.span(),
             });
         }
-        "ttl" | "lease" | "wait" => {
+        "ttl" | "lease" | "wait" | "heartbeat" => {
             let example = match option {
                 "ttl" => "\"24h\"",
                 "lease" => "\"60s\"",
+                "heartbeat" => "\"20s\"",
                 _ => "\"5s\"",
             };
             let lit = string_literal(value, option, example)?;
@@ -283,9 +328,18 @@ fn set_value(options: &mut Options, option: &str, value: &Expr) -> syn::Result<(
             match option {
                 "ttl" => options.ttl = Some(duration),
                 "lease" => options.lease = Some(duration),
+                "heartbeat" => options.heartbeat = Some(duration),
                 _ => options.wait = Some(duration),
             }
         }
+        "on_cancel" => {
+            let lit = string_literal(value, option, "\"hold\"")?;
+            options.on_cancel = Some(Spanned {
+                value: parse_on_cancel(&lit)?,
+                span: lit.span(),
+            });
+        }
+        "reconcile" => options.reconcile = Some(reconcile_path(value)?),
         "store" => {
             let lit = string_literal(value, option, "\"sqlite:agent.db\"")?;
             options.store = Some(StoreOption {
@@ -345,7 +399,71 @@ fn parse_duration(lit: &LitStr, option: &str) -> syn::Result<Duration> {
             "`ttl` must be longer than zero: a zero TTL would replay nothing, so every retry would run the side effect again",
         ));
     }
+    if option == "heartbeat" && duration.is_zero() {
+        return Err(syn::Error::new(
+            lit.span(),
+            "`heartbeat` must be longer than zero: it is the time between two renewals of a running call's lease; leave it out for the default, a third of the lease",
+        ));
+    }
     Ok(duration)
+}
+
+/// `"hold"` or `"release"` (U4).
+fn parse_on_cancel(lit: &LitStr) -> syn::Result<OnCancel> {
+    let text = lit.value();
+    match text.as_str() {
+        "hold" => return Ok(OnCancel::Hold),
+        "release" => return Ok(OnCancel::Release),
+        _ => {}
+    }
+    let mut message = format!(
+        "invalid `on_cancel` value \"{}\": use \"hold\" (the default: a call whose body was cancelled or panicked keeps its key held, its outcome unknown, until its lease lapses, so the effect happens at most once) or \"release\" (the claim is released at once and the next call runs the body again, so the effect happens at least once)",
+        text.escape_default()
+    );
+    if let Some(value) = ["hold", "release"]
+        .into_iter()
+        .find(|v| v.eq_ignore_ascii_case(text.trim()))
+    {
+        message.push_str(&format!(
+            "; the values are lower-case: did you mean `on_cancel = \"{value}\"`?"
+        ));
+    }
+    Err(syn::Error::new(lit.span(), message))
+}
+
+/// `reconcile = some::path`: the path of a fn, as an expression the generated code calls
+/// (U3).
+fn reconcile_path(value: &Expr) -> syn::Result<ExprPath> {
+    const SHAPE: &str = "#[idempotent] option `reconcile` takes the path of a fn, like `reconcile = check_refund` or `reconcile = Self::check_refund`";
+    match value {
+        Expr::Path(path) if path.attrs.is_empty() => Ok(path.clone()),
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) => {
+            let text = lit.value();
+            let unquoted = match syn::parse_str::<ExprPath>(text.trim()) {
+                Ok(_) => text.trim(),
+                Err(_) => "check_refund",
+            };
+            Err(syn::Error::new(
+                lit.span(),
+                format!("`reconcile` takes the path of a fn, not a string: write `reconcile = {unquoted}`, without quotes"),
+            ))
+        }
+        Expr::Call(call) => Err(syn::Error::new_spanned(
+            call,
+            format!("{SHAPE}: name the fn without calling it; idem calls it with the tool's arguments, by reference, then the `&idem::AttemptInfo`"),
+        )),
+        Expr::Field(_) | Expr::MethodCall(_) => Err(syn::Error::new_spanned(
+            value,
+            format!("{SHAPE}; for a method, write `Self::method`: idem passes the receiver first, as `&self`"),
+        )),
+        Expr::Closure(_) => Err(syn::Error::new_spanned(
+            value,
+            format!("{SHAPE}, not a closure: write the check as a fn and name it"),
+        )),
+        other => Err(syn::Error::new_spanned(other, SHAPE)),
+    }
 }
 
 const BUILTIN_SCOPES: &[&str] = &["conversation", "global", "call"];
@@ -422,23 +540,43 @@ fn check_relations(options: &Options, errors: &mut Errors) {
             }
         }
     }
-    let ttl = options.ttl.as_ref().map_or(DEFAULT_TTL, |ttl| ttl.value);
+    let invalid = |option: &str| options.invalid.iter().any(|o| o == option);
+    if invalid("lease") {
+        // Its error is reported; the default in its place would make up a relation.
+        return;
+    }
     let lease = options
         .lease
         .as_ref()
         .map_or(DEFAULT_LEASE, |lease| lease.value);
+    let lease_text = match &options.lease {
+        Some(_) => format!("{}", humantime::format_duration(lease)),
+        None => format!("{}, the default", humantime::format_duration(lease)),
+    };
+    let ttl = options.ttl.as_ref().map_or(DEFAULT_TTL, |ttl| ttl.value);
     let at = match (&options.ttl, &options.lease) {
         (Some(ttl), _) => Some(ttl.span),
         (None, Some(lease)) => Some(lease.span),
         (None, None) => None,
     };
-    if let (true, Some(span)) = (ttl < lease, at) {
+    if let (true, Some(span), false) = (ttl < lease, at, invalid("ttl")) {
         errors.at(
             span,
             format!(
                 "the ttl ({}) is shorter than the lease ({}): a record could expire while its call still runs, and a retry would run the side effect again; make the ttl at least the lease",
                 humantime::format_duration(ttl),
-                humantime::format_duration(lease)
+                humantime::format_duration(lease),
+            ),
+        );
+    }
+    // L1: a heartbeat renews the lease; renewals further apart than the lease let it lapse
+    // while the call still runs.
+    if let Some(heartbeat) = options.heartbeat.as_ref().filter(|h| h.value >= lease) {
+        errors.at(
+            heartbeat.span,
+            format!(
+                "the heartbeat ({}) is not shorter than the lease ({lease_text}): the lease would lapse between two renewals, and another caller could take the key over and run the side effect again while this call still runs; make the heartbeat shorter than the lease (leave it out for a third of the lease)",
+                humantime::format_duration(heartbeat.value),
             ),
         );
     }
@@ -611,6 +749,152 @@ mod tests {
         assert!(err(quote!(skip(a), key(a, b))).contains("in both `skip(…)` and `key(…)`"));
         assert!(err(quote!(skip(a, a))).contains("named twice"));
         assert!(err(quote!(skip(a), skip(b))).contains("duplicate"));
+    }
+
+    // pins L1, U3, U4: the three options of lease renewal and unknown outcomes parse into
+    // their typed values; leaving them out leaves the runtime's defaults
+    #[test]
+    fn parses_the_outcome_options() {
+        let options = ok(quote!(
+            heartbeat = "20s",
+            on_cancel = "release",
+            reconcile = Self::check_refund,
+        ));
+        let heartbeat = options.heartbeat.unwrap().value;
+        assert_eq!(heartbeat, Duration::from_secs(20));
+        assert_eq!(options.on_cancel.unwrap().value, OnCancel::Release);
+        let path = options.reconcile.unwrap();
+        assert_eq!(quote!(#path).to_string(), "Self :: check_refund");
+        assert_eq!(
+            ok(quote!(on_cancel = "hold")).on_cancel.unwrap().value,
+            OnCancel::Hold
+        );
+        for path in [
+            quote!(check_refund),
+            quote!(crate::bank::check_refund),
+            quote!(<Self as Checks>::check),
+            quote!(check::<u64>),
+        ] {
+            assert!(ok(quote!(reconcile = #path)).reconcile.is_some());
+        }
+        let defaults = ok(quote!());
+        assert!(defaults.heartbeat.is_none());
+        assert!(defaults.on_cancel.is_none());
+        assert!(defaults.reconcile.is_none());
+    }
+
+    // pins L1, C3: the heartbeat is a positive whole number of milliseconds, shorter than the
+    // lease written, else than the 60 s default
+    #[test]
+    fn heartbeat_is_shorter_than_the_lease() {
+        assert_eq!(
+            ok(quote!(heartbeat = "1500ms")).heartbeat.unwrap().value,
+            Duration::from_millis(1500)
+        );
+        ok(quote!(heartbeat = "59s 999ms"));
+        ok(quote!(lease = "5m", heartbeat = "2m"));
+        ok(quote!(heartbeat = "2m", lease = "5m"));
+        let message = err(quote!(heartbeat = "60s"));
+        assert!(
+            message.contains("the heartbeat (1m) is not shorter than the lease (1m, the default)"),
+            "{message}"
+        );
+        assert!(message.contains("lapse between two renewals"), "{message}");
+        let message = err(quote!(lease = "10s", heartbeat = "30s"));
+        assert!(
+            message.contains("the heartbeat (30s) is not shorter than the lease (10s)"),
+            "{message}"
+        );
+        assert!(err(quote!(lease = "0s", heartbeat = "1ms")).contains("lease (0s)"));
+        assert!(err(quote!(heartbeat = "0s")).contains("`heartbeat` must be longer than zero"));
+        assert!(err(quote!(heartbeat = "0ms")).contains("longer than zero"));
+        assert!(err(quote!(heartbeat = "1500us")).contains("whole number of milliseconds"));
+        assert!(
+            err(quote!(heartbeat = "often")).contains("invalid duration \"often\" for `heartbeat`")
+        );
+        assert!(err(quote!(heartbeat = 20s)).contains("`heartbeat = \"20s\"`"));
+        assert!(
+            err(quote!(heartbeat = 20)).contains("takes a string literal: `heartbeat = \"20s\"`")
+        );
+        // A lease that did not parse adds no made-up relation with the default.
+        let message = err(quote!(lease = "soon", heartbeat = "90s"));
+        assert!(!message.contains("heartbeat ("), "{message}");
+    }
+
+    // pins U4, C3: `on_cancel` is "hold" or "release", nothing else
+    #[test]
+    fn on_cancel_is_hold_or_release() {
+        let message = err(quote!(on_cancel = "drop"));
+        assert!(
+            message.contains("invalid `on_cancel` value \"drop\": use \"hold\""),
+            "{message}"
+        );
+        assert!(message.contains("or \"release\""), "{message}");
+        assert!(!message.contains("did you mean"), "{message}");
+        assert!(
+            err(quote!(on_cancel = "Release")).contains("did you mean `on_cancel = \"release\"`?")
+        );
+        assert!(err(quote!(on_cancel = hold))
+            .contains("takes a string literal: `on_cancel = \"hold\"`"));
+        assert!(err(quote!(on_cancel)).contains("takes a value: `on_cancel = \"hold\"`"));
+    }
+
+    // pins U3, C3: `reconcile` names a fn by its path, never as a string or a call
+    #[test]
+    fn reconcile_is_a_path() {
+        let message = err(quote!(reconcile = "check_refund"));
+        assert!(
+            message.contains("not a string: write `reconcile = check_refund`, without quotes"),
+            "{message}"
+        );
+        assert!(err(quote!(reconcile = "Self::check")).contains("write `reconcile = Self::check`"));
+        assert!(err(quote!(reconcile = "not a path")).contains("write `reconcile = check_refund`"));
+        assert!(err(quote!(reconcile = check_refund())).contains("name the fn without calling it"));
+        assert!(err(quote!(reconcile = self.check)).contains("write `Self::method`"));
+        assert!(err(quote!(reconcile = |a| a)).contains("not a closure"));
+        assert!(err(quote!(reconcile = 3)).contains("takes the path of a fn"));
+        assert!(err(quote!(reconcile)).contains("takes a value: `reconcile = check_refund`"));
+    }
+
+    // pins C3: the new options are duplicates like the others, and typos of them are
+    // suggested
+    #[test]
+    fn new_options_are_checked_like_the_others() {
+        for tokens in [
+            quote!(heartbeat = "10s", heartbeat = "20s"),
+            quote!(on_cancel = "hold", on_cancel = "release"),
+            quote!(reconcile = a, reconcile = b),
+            // a repeat is a duplicate even when the first value was bad
+            quote!(on_cancel = "x", on_cancel = "hold"),
+        ] {
+            let message = err(tokens);
+            assert!(
+                message.contains("duplicate #[idempotent] option"),
+                "{message}"
+            );
+        }
+        let (options, _) = parse(quote!(reconcile = a, reconcile = b));
+        let first = options.reconcile.unwrap();
+        assert_eq!(quote!(#first).to_string(), "a");
+        for (typo, option) in [
+            ("heartbeats", "heartbeat"),
+            ("hearbeat", "heartbeat"),
+            ("oncancel", "on_cancel"),
+            ("on_cancle", "on_cancel"),
+            ("reconcil", "reconcile"),
+            ("reconcle", "reconcile"),
+        ] {
+            let typo = Ident::new(typo, Span::call_site());
+            let message = err(quote!(#typo = "x"));
+            assert!(
+                message.contains(&format!("did you mean `{option}`?")),
+                "{message}"
+            );
+            assert!(
+                message.contains("heartbeat, on_cancel, reconcile"),
+                "the option list names the new options: {message}"
+            );
+        }
     }
 
     #[test]

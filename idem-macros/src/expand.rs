@@ -33,6 +33,32 @@
 //! parameters are rebound to `arg<index>` in the signature and destructured again at the
 //! top of `BODY`.
 //!
+//! The spec also carries `heartbeat` (`Some(Duration::from_millis(N))`, or `None` for the
+//! runtime's default, a third of the lease), `on_cancel` (`::idem::OnCancel::Hold` unless
+//! `on_cancel = "release"`) and `reconcile` (whether `reconcile = PATH` is given). With
+//! `reconcile = check_refund`, the call is claimed first, and a record left
+//! outcome-unknown is settled by the reconcile fn before the body may run (U3):
+//!
+//! ```text
+//!     let __idem_call = match ::idem::__private::begin::<Ret>(__idem_prepared).await {
+//!         ::idem::__private::Begun::Done(r) => return r,       // replay, layer error…
+//!         ::idem::__private::Begun::Claimed(c) => c,
+//!     };
+//!     let __idem_call = if __idem_call.needs_reconcile() {
+//!         let __idem_attempt = __idem_call.attempt();
+//!         // the receiver first (`&*self`), then every parameter, by shared reference
+//!         let __idem_verdict = check_refund(&order, &amount, &__idem_attempt);
+//!         match ::idem::__private::settle::<Ret, _>(__idem_call, __idem_verdict).await {
+//!             ::idem::__private::Begun::Done(r) => return r,   // the effect happened (or not)
+//!             ::idem::__private::Begun::Claimed(c) => c,       // it did not: run the body
+//!         }
+//!     } else { __idem_call };
+//!     ::idem::__private::run_claimed::<Ret, _>(__idem_call, async move BODY).await
+//! ```
+//!
+//! (sync: `begin_blocking`, `settle_blocking`, `run_claimed_blocking(__idem_call, move ||
+//! -> Ret BODY)`). The verdict's borrows end before `BODY` moves the parameters.
+//!
 //! On any error in the attribute or the fn's shape, the output is the errors, the fn
 //! unchanged, and a stub companion (C3).
 
@@ -41,7 +67,7 @@ use quote::{quote, quote_spanned, ToTokens};
 use syn::ext::IdentExt;
 use syn::{Item, ItemFn, TraitItemFn, Type};
 
-use crate::attr::{self, Errors, Options, ScopeKind};
+use crate::attr::{self, Errors, OnCancel, Options, ScopeKind};
 use crate::companion;
 use crate::item::{self, Param, Role, ToolFn};
 
@@ -171,6 +197,18 @@ fn spec(options: &Options, tool_name: &str) -> TokenStream {
         options.wait.as_ref(),
         quote!(::idem::ToolSpec::DEFAULT_WAIT),
     );
+    let heartbeat = match options.heartbeat.as_ref() {
+        Some(every) => {
+            let every = duration(Some(every), TokenStream::new());
+            quote!(::core::option::Option::Some(#every))
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    let on_cancel = match options.on_cancel.as_ref().map(|o| o.value) {
+        None | Some(OnCancel::Hold) => quote!(::idem::OnCancel::Hold),
+        Some(OnCancel::Release) => quote!(::idem::OnCancel::Release),
+    };
+    let reconcile = options.reconcile.is_some();
     let (store, store_check) = match &options.store {
         Some(store) => {
             let locator = &store.locator;
@@ -192,8 +230,10 @@ fn spec(options: &Options, tool_name: &str) -> TokenStream {
             ttl: #ttl,
             lease: #lease,
             wait: #wait,
+            heartbeat: #heartbeat,
+            on_cancel: #on_cancel,
+            reconcile: #reconcile,
             store: #store,
-            ..::idem::ToolSpec::new(#tool_name)
         };
     }
 }
@@ -376,11 +416,25 @@ fn rewrite(tool: &ToolFn, options: &Options, tool_name: &str) -> TokenStream {
     let span = checked.span();
     let check = checked.check();
     let (range, checked_output) = (checked.range, &checked.tokens);
-    let body = if sig.asyncness.is_some() {
+    let is_async = sig.asyncness.is_some();
+    // Without `reconcile`, the body runs straight from the prepared call; with it, the
+    // claim comes first, then the reconcile fn when the record is outcome-unknown (U1, U3).
+    let (protocol, claim) = match &options.reconcile {
+        Some(path) => (
+            reconcile(tool, path, &checked, is_async),
+            generated_local("__idem_call"),
+        ),
+        None => (TokenStream::new(), prepared.clone()),
+    };
+    let (run, run_blocking) = match &options.reconcile {
+        Some(_) => (quote!(run_claimed), quote!(run_claimed_blocking)),
+        None => (quote!(run), quote!(run_blocking)),
+    };
+    let body = if is_async {
         spanned_call(
             range,
-            quote_spanned!(span=> ::idem::__private::run::<#checked_output, _>),
-            async_body(&prepared, rebinds.collect(), block),
+            quote_spanned!(span=> ::idem::__private::#run::<#checked_output, _>),
+            async_body(&claim, rebinds.collect(), block),
             quote!(.await),
         )
     } else {
@@ -391,8 +445,8 @@ fn rewrite(tool: &ToolFn, options: &Options, tool_name: &str) -> TokenStream {
         };
         spanned_call(
             range,
-            quote_spanned!(span=> ::idem::__private::run_blocking::<#checked_output, _>),
-            quote!(#prepared, move || -> #output #closure_body),
+            quote_spanned!(span=> ::idem::__private::#run_blocking::<#checked_output, _>),
+            quote!(#claim, move || -> #output #closure_body),
             TokenStream::new(),
         )
     };
@@ -405,7 +459,240 @@ fn rewrite(tool: &ToolFn, options: &Options, tool_name: &str) -> TokenStream {
                 #(#adds)*
                 ::core::result::Result::Ok(())
             });
+            #protocol
             #body
+        }
+    }
+}
+
+/// U3: claims the call, and when the record is outcome-unknown asks the reconcile fn
+/// whether the effect happened before the body may run again. Binds `__idem_call`, the
+/// claimed call, or returns the settled outcome.
+///
+/// The reconcile fn gets the receiver (`&*self`, shared), every parameter by shared
+/// reference, then `&AttemptInfo`; the borrows end with the verdict, before the body
+/// moves the parameters. Its call is spanned at the path, and so is the part of `settle`
+/// where rustc reports a verdict that does not fit: an error about the reconcile fn's
+/// arguments or its return type points at the path.
+fn reconcile(
+    tool: &ToolFn,
+    path: &syn::ExprPath,
+    checked: &CheckedOutput,
+    is_async: bool,
+) -> TokenStream {
+    let prepared = generated_local("__idem_prepared");
+    let call = generated_local("__idem_call");
+    let attempt = generated_local("__idem_attempt");
+    let verdict = generated_local("__idem_verdict");
+    let outcome = generated_local("__idem_outcome");
+    let claimed = generated_local("__idem_claimed");
+    let (span, output) = (checked.span(), &checked.tokens);
+    let (begin, settle, suffix) = if is_async {
+        (quote!(begin), quote!(settle), quote!(.await))
+    } else {
+        (
+            quote!(begin_blocking),
+            quote!(settle_blocking),
+            TokenStream::new(),
+        )
+    };
+
+    let at = span_range(path);
+    // The arguments are located at the path, so that an argument that does not fit is
+    // reported there. They keep the macro's hygiene (the user's names resolve at the call
+    // site, the rebound pattern arguments and the attempt at the mixed site): rustc then
+    // treats them as generated and offers no edit of the attribute.
+    let (here, generated) = (
+        Span::call_site().located_at(at.1),
+        Span::mixed_site().located_at(at.1),
+    );
+    let moved = |ident: &Ident, span: Span| {
+        let mut ident = ident.clone();
+        ident.set_span(span);
+        ident
+    };
+    let mut args = Vec::new();
+    if let Some(receiver) = tool.item.sig.receiver() {
+        let this = Ident::new("self", here);
+        let by_value = matches!(
+            item::peel(&receiver.ty),
+            Type::Path(p) if p.qself.is_none() && p.path.is_ident("Self")
+        );
+        args.push(if by_value {
+            quote_spanned!(here=> &#this)
+        } else {
+            quote_spanned!(here=> &*#this)
+        });
+    }
+    args.extend(tool.params.iter().map(|param| {
+        let span = if param.pattern.is_some() {
+            generated
+        } else {
+            here
+        };
+        let binding = moved(&param.binding, span);
+        quote_spanned!(here=> &#binding)
+    }));
+    let attempt_arg = moved(&attempt, generated);
+    args.push(quote_spanned!(here=> &#attempt_arg));
+    let args = quote_spanned!(here=> #(#args),*);
+    let check = spanned_call(at, path.to_token_stream(), args, TokenStream::new());
+
+    // Where rustc reports a verdict that does not fit: at the explicit `_` of `settle_blocking`;
+    // at the whole call of the async `settle` (its future carries the bounds). So the sync
+    // call names the return type where the tool's other protocol calls do (a return type
+    // that does not fit is reported once, there) and only `_` at the path; the async call is
+    // at the path entirely.
+    let infer = respan(quote!(_), at.0);
+    let settled = if is_async {
+        spanned_call(
+            at,
+            respan(quote!(::idem::__private::#settle::<#output, #infer>), at.0),
+            quote!(#call, #verdict),
+            suffix.clone(),
+        )
+    } else {
+        spanned_call(
+            checked.range,
+            quote_spanned!(span=> ::idem::__private::#settle::<#output, #infer>),
+            quote!(#call, #verdict),
+            TokenStream::new(),
+        )
+    };
+    let begun = spanned_call(
+        checked.range,
+        quote_spanned!(span=> ::idem::__private::#begin::<#output>),
+        quote!(#prepared),
+        suffix,
+    );
+    quote! {
+        let #call = match #begun {
+            ::idem::__private::Begun::Done(#outcome) => return #outcome,
+            ::idem::__private::Begun::Claimed(#claimed) => #claimed,
+        };
+        let #call = if #call.needs_reconcile() {
+            let #attempt = #call.attempt();
+            let #verdict = #check;
+            match #settled {
+                ::idem::__private::Begun::Done(#outcome) => return #outcome,
+                ::idem::__private::Begun::Claimed(#claimed) => #claimed,
+            }
+        } else {
+            #call
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expanded(args: TokenStream, item: TokenStream) -> String {
+        expand(args, item).to_string()
+    }
+
+    // pins L1, U3, U4: the options reach the tool's spec
+    #[test]
+    fn spec_carries_the_outcome_options() {
+        let output = expanded(
+            quote!(
+                heartbeat = "1500ms",
+                on_cancel = "release",
+                reconcile = check
+            ),
+            quote!(
+                fn f(a: u8) -> Result<u8, E> {
+                    Ok(a)
+                }
+            ),
+        );
+        assert!(
+            output.contains(
+                "heartbeat : :: core :: option :: Option :: Some (:: core :: time :: Duration :: from_millis (1500))"
+            ),
+            "{output}"
+        );
+        assert!(
+            output.contains("on_cancel : :: idem :: OnCancel :: Release"),
+            "{output}"
+        );
+        assert!(output.contains("reconcile : true"), "{output}");
+        let output = expanded(
+            quote!(),
+            quote!(
+                fn f(a: u8) -> Result<u8, E> {
+                    Ok(a)
+                }
+            ),
+        );
+        assert!(
+            output.contains("heartbeat : :: core :: option :: Option :: None"),
+            "{output}"
+        );
+        assert!(
+            output.contains("on_cancel : :: idem :: OnCancel :: Hold"),
+            "{output}"
+        );
+        assert!(output.contains("reconcile : false"), "{output}");
+        assert!(
+            output.contains(":: idem :: __private :: run_blocking ::"),
+            "{output}"
+        );
+        assert!(!output.contains("__private :: begin"), "{output}");
+    }
+
+    // pins U3: a reconciling tool claims, reconciles an outcome-unknown record with every
+    // parameter (receiver first, shared) by reference then the attempt, and runs the body
+    // on the claimed call
+    #[test]
+    fn reconcile_protocol() {
+        let output = expanded(
+            quote!(skip(at), reconcile = Self::check),
+            quote!(
+                async fn f(
+                    &mut self,
+                    ctx: &CallContext,
+                    (x, y): (u8, u8),
+                    at: u64,
+                ) -> Result<u8, E> {
+                    Ok(x + y)
+                }
+            ),
+        );
+        let order = [
+            ":: idem :: prepare",
+            ":: idem :: __private :: begin :: < Result < u8 , E > > (__idem_prepared) . await",
+            ":: idem :: __private :: Begun :: Done (__idem_outcome) => return __idem_outcome",
+            "if __idem_call . needs_reconcile ()",
+            "let __idem_attempt = __idem_call . attempt () ;",
+            "let __idem_verdict = Self :: check (& * self , & ctx , & arg1 , & at , & __idem_attempt) ;",
+            ":: idem :: __private :: settle :: < Result < u8 , E > , _ > (__idem_call , __idem_verdict) . await",
+            "else { __idem_call }",
+            ":: idem :: __private :: run_claimed :: < Result < u8 , E > , _ > (__idem_call , async move",
+        ];
+        let mut from = 0;
+        for part in order {
+            let at = output[from..]
+                .find(part)
+                .unwrap_or_else(|| panic!("`{part}` missing, or out of order, in {output}"));
+            from += at + part.len();
+        }
+
+        let output = expanded(
+            quote!(reconcile = check),
+            quote!(
+                fn f(self, order: &str) -> Result<u8, E> {
+                    Ok(1)
+                }
+            ),
+        );
+        for part in [
+            ":: idem :: __private :: begin_blocking :: < Result < u8 , E > > (__idem_prepared) {",
+            "check (& self , & order , & __idem_attempt)",
+            ":: idem :: __private :: settle_blocking :: < Result < u8 , E > , _ > (__idem_call , __idem_verdict) {",
+            ":: idem :: __private :: run_claimed_blocking :: < Result < u8 , E > , _ > (__idem_call , move || -> Result < u8 , E >",
+        ] {
+            assert!(output.contains(part), "`{part}` missing in {output}");
         }
     }
 }

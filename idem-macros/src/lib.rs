@@ -51,15 +51,60 @@ use proc_macro::TokenStream;
 /// | `ttl = "24h"` | `"24h"` | How long a saved outcome is replayed, from the claim. |
 /// | `lease = "60s"` | `"60s"` | How long a claim is held before a caller may take it over (when the owner died). `"0s"` means already lapsed. |
 /// | `wait = "5s"` | `"5s"` | How long a concurrent duplicate waits for the owner's outcome before it gets a retryable `InProgress` error. |
+/// | `heartbeat = "20s"` | a third of the lease | How often a running call renews its lease (L1), so that a body running longer than the lease keeps its claim and no caller takes it over. Longer than zero and shorter than the lease. |
+/// | `on_cancel = "hold"` | `"hold"` | What a body leaves behind when it began and then was cancelled (its future dropped) or panicked (U4). `"hold"`: the key stays held, its outcome unknown, until the lease lapses: the effect happens at most once. `"release"`: the claim is released at once and the next call runs the body again: at least once, for effects that are harmless to repeat or deduplicated downstream by the forwarded key. |
+/// | `reconcile = check_refund` | none | The fn that finds out whether the effect of a run whose outcome is unknown happened (U3), called instead of the body first: a path, not a string (`Self::check_refund` for an associated fn or method). Below. |
 /// | `name = "…"` | the fn's name | The tool name, part of every key and the name a model calls. 1 to 64 ASCII letters, digits, `_`, `-`, `.`. |
 /// | `skip(a, b)` | none | Arguments left out of the key and the fingerprint: timestamps, handles, anything that differs between retries of one intent. |
 /// | `key(a, b)` | all arguments | The identity arguments. The other non-skipped arguments form the fingerprint only: a later call with the same key and another fingerprint is an `idem::Error::Mismatch` and does not run. `key()` keys on the scope alone. |
 /// | `store = "sqlite:agent.db"` | none | The tool's own store, as a store locator (`memory`, `sqlite:PATH`, `redis://…`, `postgres://…`; syntax in `idem::store::locator`), opened on first use and shared by every tool naming the same locator. It wins over the call context's engine and the process default (the context's clock is still used). The scheme is checked at expansion; a backend whose cargo feature is off is a compile error naming the feature. |
 /// | `dispatch = false` | `true` | Leaves out the dispatch companion (below). |
 ///
-/// Durations are [humantime](https://docs.rs/humantime) strings (`"90s"`, `"30m"`,
-/// `"1h 30m"`, `"7d"`, `"500ms"`), parsed when the attribute expands and applied in whole
-/// milliseconds. The TTL must be positive and at least the lease.
+/// Durations (`ttl`, `lease`, `wait`, `heartbeat`) are [humantime](https://docs.rs/humantime)
+/// strings (`"90s"`, `"30m"`, `"1h 30m"`, `"7d"`, `"500ms"`), parsed when the attribute
+/// expands and applied in whole milliseconds (`"1500us"` is an error). The TTL must be
+/// positive and at least the lease; the heartbeat positive and shorter than the lease
+/// written, else than the 60 s default: with renewals further apart than the lease, the
+/// lease would lapse between two of them.
+///
+/// # Long calls and unknown outcomes
+///
+/// While the body runs, the call renews its claim's lease every `heartbeat` (L1), so a
+/// body may run longer than the lease. A run can end without an outcome (U1): the body
+/// returned an error marked outcome-unknown (`idem::ToolError::outcome_unknown`), it was
+/// cancelled (its future dropped) or panicked after it began (with `on_cancel = "hold"`,
+/// U4), or its owner died and the lease lapsed. The effect may or may not have happened.
+///
+/// Without `reconcile` (U2), a call that finds the key unknown gets a non-retryable
+/// `idem::Error::OutcomeUnknown` until the claim's lease lapses; then the next call runs the
+/// body again with the same key (`idem::AttemptInfo::is_takeover` tells the body).
+///
+/// With `reconcile = check_refund` (U3), such a call takes the key over at once and calls
+/// `check_refund` instead of the body. It gets the receiver first for a method (as
+/// `&Self`), then every parameter of the tool in order, each by shared reference (skipped
+/// ones, pattern ones and a `&CallContext` too), then the attempt's `&idem::AttemptInfo`
+/// (the key, the fence, the earlier run), and returns an `idem::Reconciled<T, E>` for the
+/// tool's `Result<T, E>`, or is an `async fn` returning one (a sync tool may name an async
+/// reconcile fn: its future is driven to completion). The parameters' borrows end before
+/// the body runs.
+///
+/// ```ignore
+/// #[idempotent(key(order), reconcile = check_refund)]
+/// async fn send_refund(order: &str, amount: u64) -> Result<Refund, ToolError> { … }
+///
+/// async fn check_refund(order: &str, amount: &u64, attempt: &idem::AttemptInfo)
+///     -> idem::Reconciled<Refund, ToolError>
+/// {
+///     match bank.find_refund(order, attempt.key()).await {
+///         Ok(Some(refund)) => idem::Reconciled::Done(Ok(refund)), // it happened: saved, replayed
+///         Ok(None) => idem::Reconciled::NotDone,                  // it did not: the body runs now
+///         Err(_) => idem::Reconciled::Unknown,                    // cannot tell: OutcomeUnknown
+///     }
+/// }
+/// ```
+///
+/// Only a key whose outcome is unknown calls the reconcile fn: a first call runs the body
+/// straight away, and a replay returns the saved outcome.
 ///
 /// # What goes in the key
 ///
@@ -80,9 +125,13 @@ use proc_macro::TokenStream;
 ///   `E: idem::IdempotentError` (`idem::ToolError` is ready-made); otherwise an error at
 ///   the return type says which part is missing.
 /// - The options are well formed: an unknown or repeated option, a bad duration or scope
-///   or tool name, and a `skip`/`key` name that is not an argument are errors at the
-///   offending token. The fn is then still emitted unchanged, so its callers get no
-///   secondary errors.
+///   or tool name, a heartbeat not shorter than the lease, an `on_cancel` other than
+///   `"hold"` or `"release"`, a `reconcile` that is not a path, and a `skip`/`key` name
+///   that is not an argument are errors at the offending token. The fn is then still
+///   emitted unchanged, so its callers get no secondary errors.
+/// - A reconcile fn that does not exist is rustc's "cannot find function" at its path; one
+///   whose parameters or return type do not fit is an error at its path, saying what it
+///   should take and return.
 /// - It goes on a fn with a body: not on a struct or other item, a `const fn`, an
 ///   `extern` fn, or a variadic fn.
 ///
