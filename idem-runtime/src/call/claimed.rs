@@ -83,6 +83,7 @@ impl ClaimedCall {
             None => DropAction::Release,
         };
         let guard = ClaimGuard {
+            tool: call.spec.name,
             store: Arc::clone(store),
             clock: Arc::clone(clock),
             key: call.key.clone(),
@@ -199,7 +200,8 @@ impl ClaimedCall {
         E: IdempotentError,
     {
         self.body_begins();
-        let outcome = self.body_context().enter(body);
+        let context = self.body_context();
+        let outcome = self.call.blocking_section(|| context.enter(body));
         self.finish_blocking(outcome, CallStatus::Executed)
     }
 
@@ -387,6 +389,7 @@ enum DropAction {
 /// Acts on the claim when a [`ClaimedCall`] is dropped or unwinds before it finished
 /// (S7, U4); the write goes through [`detach`], so it completes without the caller.
 struct ClaimGuard {
+    tool: &'static str,
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     key: IdempotencyKey,
@@ -409,7 +412,8 @@ impl Drop for ClaimGuard {
         let Some(action) = self.on_drop.take() else {
             return;
         };
-        let (store, clock, key, owner) = (
+        let (tool, store, clock, key, owner) = (
+            self.tool,
             Arc::clone(&self.store),
             Arc::clone(&self.clock),
             self.key.clone(),
@@ -417,17 +421,17 @@ impl Drop for ClaimGuard {
         );
         match action {
             DropAction::Release => {
-                tracing::warn!(key = %key, "call dropped or panicked before its body began; releasing the claim");
+                tracing::warn!(tool, key = %key, "call dropped or panicked while it held the claim; releasing it");
                 detach(async move {
                     if let Err(e) = store.release(&key, owner).await {
-                        tracing::warn!(key = %key, error = %e, "could not release the claim; it lapses with its lease");
+                        tracing::warn!(tool, key = %key, error = %e, "could not release the claim; it lapses with its lease");
                     }
                 });
             }
             DropAction::MarkUnknown { since } => {
-                tracing::warn!(key = %key, "body cancelled or panicked after it began; its outcome is unknown");
+                tracing::warn!(tool, key = %key, "call dropped or panicked while its outcome was open; marking it unknown");
                 detach(async move {
-                    mark_unknown(&*store, &*clock, &key, owner, since, "").await;
+                    mark_unknown(&*store, &*clock, &key, owner, since, tool).await;
                 });
             }
         }

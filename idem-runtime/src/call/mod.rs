@@ -226,6 +226,20 @@ impl PreparedCall {
         Ok(pollster::block_on(step))
     }
 
+    /// Runs `section` (a sync body) on this thread; off the worker (`block_in_place`) when
+    /// the store needs a multi-thread runtime's I/O, so the body's heartbeat and the
+    /// store's connections keep being driven even on a runtime with one worker thread.
+    fn blocking_section<R>(&self, section: impl FnOnce() -> R) -> R {
+        if self.engine.store().needs_runtime_io() {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                if runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread {
+                    return tokio::task::block_in_place(section);
+                }
+            }
+        }
+        section()
+    }
+
     fn store_error(&self, source: StoreError) -> Error {
         Error::Store {
             tool: self.spec.name.to_owned(),
