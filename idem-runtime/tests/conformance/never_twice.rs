@@ -869,3 +869,45 @@ fn spec_for_fast_worker() -> &'static ToolSpec {
 fn correct_now(clock: &idem_runtime::testkit::ManualClock) -> idem_runtime::Timestamp {
     idem_runtime::Clock::now(clock)
 }
+
+// pins U3, U4: a body cancelled after its effect (a timeout around the call) leaves the
+// outcome unknown; with a reconcile function the retry reconciles at once and replays the
+// effect's outcome without running the body
+pub async fn a_cancelled_body_is_reconciled_on_retry(make: Factory) {
+    let h = harness(make);
+    let spec = spec("cancelled_reconciled", 30_000, 0, true, OnCancel::Hold);
+    let ctx = h.ctx("conv_cancel_reconcile");
+    let key = key_of(spec, &ctx, 13);
+    let effects = Arc::new(AtomicUsize::new(0));
+    let p = prepare(spec, Some(&ctx), |a| a.key("order", &13u64).map(drop)).unwrap();
+    let seen = effects.clone();
+    let timed_out = tokio::time::timeout(
+        Duration::from_millis(20),
+        p.run(async move {
+            seen.fetch_add(1, Ordering::SeqCst);
+            std::future::pending::<Result<u64, ToolError>>().await
+        }),
+    )
+    .await;
+    assert!(timed_out.is_err());
+    eventually(&h, &key, "the unknown mark", is_unknown).await;
+    let reconciles = AtomicUsize::new(0);
+    for call in 0..2 {
+        let p = prepare(spec, Some(&ctx), |a| a.key("order", &13u64).map(drop)).unwrap();
+        let outcome: Result<u64, ToolError> = match p.claim().await {
+            Err(answered) => answered,
+            Ok(claimed) => {
+                assert!(claimed.needs_reconcile());
+                reconciles.fetch_add(1, Ordering::SeqCst);
+                // The downstream system says the effect happened.
+                match claimed.settle(Reconciled::Done(Ok(1_300))).await {
+                    Err(answered) => answered,
+                    Ok(_) => panic!("done is not run"),
+                }
+            }
+        };
+        assert_eq!(outcome, Ok(1_300), "call {call}");
+    }
+    assert_eq!(reconciles.load(Ordering::SeqCst), 1);
+    assert_eq!(effects.load(Ordering::SeqCst), 1, "one effect");
+}
