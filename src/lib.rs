@@ -121,6 +121,46 @@
 //! # }
 //! ```
 //!
+//! # Long calls and unknown outcomes
+//!
+//! While a body runs, its lease is renewed every `heartbeat` (a third of the lease by
+//! default), so a slow body is never taken over while its process lives. When a run ends
+//! without an outcome — its body returned [`ToolError::outcome_unknown`], was cancelled or
+//! panicked after it began, or its process died — the effect may or may not have happened.
+//! A tool with a reconcile function is asked first on the next call:
+//!
+//! ```
+//! use idem::{idempotent, AttemptInfo, CallContext, CallStatus, Reconciled, ToolError};
+//! use std::sync::atomic::{AtomicBool, Ordering};
+//!
+//! static CHARGED: AtomicBool = AtomicBool::new(false); // the bank's side
+//!
+//! /// Asks the bank whether a charge with this attempt's key went through.
+//! async fn check_charge(card: &str, cents: &u64, attempt: &AttemptInfo) -> Reconciled<u64, ToolError> {
+//!     let _ = (card, attempt.key()); // look the charge up by the key sent with it
+//!     if CHARGED.load(Ordering::SeqCst) { Reconciled::Done(Ok(*cents)) } else { Reconciled::NotDone }
+//! }
+//!
+//! #[idempotent(reconcile = check_charge, lease = "30s")]
+//! async fn charge(card: &str, cents: u64) -> Result<u64, ToolError> {
+//!     let _ = (card, idem::current_attempt().unwrap().fence()); // forward key and fence
+//!     CHARGED.store(true, Ordering::SeqCst);
+//!     Err(ToolError::outcome_unknown("the bank timed out after the charge was sent"))
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let ctx = CallContext::new().with_conversation("conv_7");
+//! assert!(ctx.run(charge("card_1", 900)).await.is_err()); // timed out: outcome unknown
+//! assert_eq!(ctx.run(charge("card_1", 900)).await, Ok(900)); // reconciled: it went through
+//! assert_eq!(ctx.last_outcome().unwrap().status, CallStatus::Reconciled);
+//! # }
+//! ```
+//!
+//! A tool without one answers [`Error::OutcomeUnknown`] until the held lease lapses, then
+//! runs again with the same key. [`current_attempt`] gives the body the key, the fencing
+//! token and whether it took over an unknown run (contract L1, F1, U1–U4).
+//!
 //! # Where outcomes are kept
 //!
 //! A call's [`Engine`] (a [`Store`] and a [`Clock`]) is, most specific first: the tool's own

@@ -88,7 +88,9 @@ use proc_macro::TokenStream;
 /// reconcile fn: its future is driven to completion). The parameters' borrows end before
 /// the body runs.
 ///
-/// ```ignore
+/// (Outline; a runnable version is in the `idem` crate's docs, "Unknown outcomes".)
+///
+/// ```text
 /// #[idempotent(key(order), reconcile = check_refund)]
 /// async fn send_refund(order: &str, amount: u64) -> Result<Refund, ToolError> { … }
 ///
