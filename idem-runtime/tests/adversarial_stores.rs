@@ -1089,18 +1089,26 @@ fn postgres_tool_store_outlives_its_first_runtime() {
 /// and its body is still running when A's clock reads 100 − `skew_ms` ms later, which B's
 /// clock reads as the lease deadline: B takes over and runs the body while, by A's clock, A's
 /// lease still had `skew_ms` to go. Fencing holds: A's late completion is refused, B's outcome
-/// is the one saved and replayed. Returns how many bodies ran.
+/// is the one saved and replayed. A is cut off from the store's renewals (its renewals fail,
+/// L1), as an owner stalled or partitioned for the whole lease would be; a renewing owner is
+/// not taken over (the conformance suite's `a_renewed_lease_is_never_taken_over`). Returns
+/// how many bodies ran.
 async fn skewed_clocks(store: Arc<dyn Store>, skew_ms: u64) -> usize {
     use idem_runtime::testkit::ManualClock;
     use idem_runtime::{prepare, CallContext, CallStatus, Engine, ToolError};
     let clock_a = ManualClock::starting_at(at(0));
     let clock_b = ManualClock::starting_at(at(skew_ms));
-    let ctx = |clock: &ManualClock| {
+    let cut_off = support::FaultyStore::wrapping(store.clone());
+    cut_off.fail_renew.store(true, Ordering::SeqCst);
+    let ctx = |store: Arc<dyn Store>, clock: &ManualClock| {
         CallContext::new()
-            .with_engine(Engine::from_shared(store.clone(), Arc::new(clock.clone())))
+            .with_engine(Engine::from_shared(store, Arc::new(clock.clone())))
             .with_conversation("conv_skew")
     };
-    let (ctx_a, ctx_b) = (ctx(&clock_a), ctx(&clock_b));
+    let (ctx_a, ctx_b) = (
+        ctx(Arc::new(cut_off), &clock_a),
+        ctx(store.clone(), &clock_b),
+    );
     let spec = support::spec("skewed", 86_400_000, 100, 0);
     let runs = Arc::new(AtomicUsize::new(0));
     let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
