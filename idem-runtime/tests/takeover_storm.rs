@@ -8,12 +8,21 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use idem_runtime::store::RecordState;
-use idem_runtime::{prepare, ToolError};
+use idem_runtime::{prepare, Error, OnCancel, ToolError, ToolSpec};
 use support::{spec, Harness};
 
-// pins S6, S2: an owner hangs; 16 thread duplicates and 16 task duplicates wait; the clock passes
-// the lease once → exactly one takeover runs; all duplicates replay its value; the stale
-// owner finishing late is fenced.
+/// `h`'s context for an owner cut off from the store's renewals (they fail, L1): a hung or
+/// partitioned owner, whose lease lapses while its body still runs.
+fn cut_off(h: &Harness) -> idem_runtime::CallContext {
+    let store = support::FaultyStore::wrapping(h.store.clone());
+    store.fail_renew.store(true, Ordering::SeqCst);
+    let engine = idem_runtime::Engine::from_shared(Arc::new(store), Arc::new(h.clock.clone()));
+    h.ctx("c").with_engine(engine)
+}
+
+// pins S6, S2: an owner hangs (cut off from renewals); 16 thread duplicates and 16 task
+// duplicates wait; the clock passes the lease once → exactly one takeover runs; all
+// duplicates replay its value; the stale owner finishing late is fenced.
 #[test]
 fn takeover_storm_one_takeover_all_replay() {
     let h = Arc::new(Harness::new());
@@ -24,7 +33,7 @@ fn takeover_storm_one_takeover_all_replay() {
     let owner = {
         let (h, runs, entered) = (h.clone(), runs.clone(), entered.clone());
         std::thread::spawn(move || {
-            let ctx = h.ctx("c");
+            let ctx = cut_off(&h);
             let p = prepare(spec, Some(&ctx), |a| a.key("k", &1u8).map(drop)).unwrap();
             p.run_blocking(|| {
                 runs.fetch_add(1, Ordering::SeqCst);
@@ -83,12 +92,16 @@ fn takeover_storm_one_takeover_all_replay() {
     );
 }
 
-// pins S7: the owner panics while 8 thread duplicates wait: exactly one of them runs next,
-// the rest replay it.
-#[test]
-fn owner_panics_while_duplicates_wait() {
+/// The owner panics while 8 thread duplicates wait; returns the 8 duplicates' outcomes and
+/// how many bodies ran.
+fn owner_panics_while_duplicates_wait(
+    on_cancel: OnCancel,
+) -> (Vec<Result<usize, ToolError>>, usize) {
     let h = Arc::new(Harness::new());
-    let spec = spec("panicky", 86_400_000, 60_000, 60_000);
+    let spec: &'static ToolSpec = Box::leak(Box::new(ToolSpec {
+        on_cancel,
+        ..*spec("panicky", 86_400_000, 60_000, 60_000)
+    }));
     let runs = Arc::new(AtomicUsize::new(0));
     let gate = Arc::new(Barrier::new(2));
     let owner = {
@@ -121,7 +134,28 @@ fn owner_panics_while_duplicates_wait() {
         .collect();
     assert!(owner.join().is_err());
     let outs: Vec<_> = waiters.into_iter().map(|w| w.join().unwrap()).collect();
-    assert_eq!(runs.load(Ordering::SeqCst), 2, "{outs:?}");
+    (outs, runs.load(Ordering::SeqCst))
+}
+
+// pins S7, U4: the owner panics after its body began while 8 thread duplicates wait: the
+// outcome is unknown, so none of them runs the body; each is woken and told so
+#[test]
+fn owner_panics_while_duplicates_wait_and_they_are_told_the_outcome_is_unknown() {
+    let (outs, runs) = owner_panics_while_duplicates_wait(OnCancel::Hold);
+    assert_eq!(runs, 1, "{outs:?}");
+    assert!(
+        outs.iter()
+            .all(|o| matches!(o, Err(ToolError::Idem(Error::OutcomeUnknown { .. })))),
+        "{outs:?}"
+    );
+}
+
+// pins S7, U4: with `on_cancel = "release"` exactly one waiting duplicate runs next, the rest
+// replay it
+#[test]
+fn owner_panics_while_duplicates_wait_and_release_lets_one_run() {
+    let (outs, runs) = owner_panics_while_duplicates_wait(OnCancel::Release);
+    assert_eq!(runs, 2, "{outs:?}");
     assert!(outs.iter().all(|o| o == &Ok(1)), "{outs:?}");
 }
 
