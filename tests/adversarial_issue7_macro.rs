@@ -59,7 +59,7 @@ fn ctx() -> CallContext {
 // reconciler over and reconciles a second time (two asks, and two runs of whatever the
 // reconciler decides).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "BUG: L1/U3 — an async tool's sync reconcile fn runs without lease renewal"]
+#[ignore = "LIMITATION (L1, documented): an async tool's sync reconcile fn blocks its thread, and the inline heartbeat with it"]
 async fn l1_sync_reconcile_fn_of_an_async_tool_is_not_renewed() {
     let c = ctx();
     let first = c.run(refund_sync_check(7)).await;

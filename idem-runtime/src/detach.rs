@@ -83,7 +83,9 @@ pub(crate) fn background() -> Option<&'static Handle> {
     static BACKGROUND: OnceLock<Option<Handle>> = OnceLock::new();
     BACKGROUND
         .get_or_init(|| {
+            // Timers and I/O on: a store's futures may need them (deadpool's timeouts).
             let started = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
                 .build()
                 .and_then(|runtime| {
                     let handle = runtime.handle().clone();

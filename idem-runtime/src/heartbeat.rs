@@ -129,16 +129,13 @@ impl Heartbeat {
     }
 
     /// Starts this heartbeat on a task of its own, for a sync body that blocks its thread:
-    /// on the current tokio runtime when the store needs that runtime's I/O (a sync tool
-    /// on a multi-thread runtime), else on idem's background runtime. Aborted when the
-    /// returned guard drops.
-    pub(crate) fn spawn(&self, needs_runtime_io: bool) -> Option<Beating> {
-        let runtime = if needs_runtime_io {
-            tokio::runtime::Handle::try_current().ok()
-        } else {
-            crate::detach::background().cloned()
-        };
-        let Some(runtime) = runtime else {
+    /// on idem's background runtime, whatever runtime the call is on. A task spawned on the
+    /// caller's runtime could sit in the queue of the very worker the body blocks (tokio
+    /// hands that worker's core to another thread only when its blocking pool has room);
+    /// the background runtime's thread is never blocked by a body. Network stores' requests
+    /// still run on their own runtime's other workers. Aborted when the returned guard drops.
+    pub(crate) fn spawn(&self) -> Option<Beating> {
+        let Some(runtime) = crate::detach::background() else {
             tracing::warn!(tool = self.tool, key = %self.key, "no runtime to renew the lease on; the body runs without renewals");
             return None;
         };

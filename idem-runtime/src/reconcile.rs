@@ -31,8 +31,8 @@ use std::future::{ready, Future, Ready};
 pub enum Reconciled<T, E> {
     /// The effect happened and this is its outcome: it is saved and replayed to this call
     /// and every later one as if the body had returned it; the body does not run. (An
-    /// outcome the body's rules would not save, such as a retryable error, is treated as
-    /// the body's would be: the claim is released.)
+    /// error that would not be saved — retryable, outcome unknown, a layer error — leaves
+    /// the key unknown, as after any takeover (U1); answer `NotDone` to run the body.)
     Done(Result<T, E>),
     /// The effect did not happen: the body runs now, with the same key and this attempt's
     /// fence.

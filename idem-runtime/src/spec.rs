@@ -64,14 +64,17 @@ impl ToolSpec {
     }
 
     /// The renewal period in force (L1): [`heartbeat`](Self::heartbeat), else a third of
-    /// the lease; at least one millisecond. `None` when the lease is zero (already lapsed:
-    /// there is nothing to renew).
+    /// the lease; at least 1 ms and at most the lease less 1 ms, so that a renewal always
+    /// lands before the lease it extends lapses (a hand-built spec's heartbeat is clamped
+    /// the same way). `None` when the lease is shorter than 2 ms (zero means already lapsed):
+    /// there is no period to renew in.
     pub fn effective_heartbeat(&self) -> Option<Duration> {
-        if self.lease.is_zero() {
+        let millisecond = Duration::from_millis(1);
+        if self.lease < 2 * millisecond {
             return None;
         }
         let every = self.heartbeat.unwrap_or(self.lease / 3);
-        Some(every.max(Duration::from_millis(1)))
+        Some(every.clamp(millisecond, self.lease - millisecond))
     }
 }
 

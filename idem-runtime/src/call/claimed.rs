@@ -72,7 +72,7 @@ impl ClaimedCall {
             attempt.fenced_signal(),
         );
         let beating = match (&heartbeat, blocking) {
-            (Some(heartbeat), true) => heartbeat.spawn(store.needs_runtime_io()),
+            (Some(heartbeat), true) => heartbeat.spawn(),
             _ => None,
         };
         // Dropped before the body begins: give the claim back as it was taken (U4).
@@ -225,12 +225,19 @@ impl ClaimedCall {
         &self,
         outcome: &Result<T, E>,
     ) -> Option<FinishStep> {
+        // S4: a release lets the next attempt run the body with the same key. After a
+        // takeover this run's "did not happen" says nothing of the run it took over, whose
+        // outcome is still unknown: the key stays unknown instead (U2).
+        let release = if self.attempt.is_takeover() {
+            FinishStep::MarkUnknown
+        } else {
+            FinishStep::Release
+        };
         let encoded = match outcome {
-            // S4: not saved; the next attempt runs the body with the same key.
-            Err(error) if error.idem_error().is_some() => return Some(FinishStep::Release),
+            Err(error) if error.idem_error().is_some() => return Some(release),
             // U1: whether the effect happened is unknown.
             Err(error) if error.is_outcome_unknown() => return Some(FinishStep::MarkUnknown),
-            Err(error) if error.is_retryable() => return Some(FinishStep::Release),
+            Err(error) if error.is_retryable() => return Some(release),
             Ok(value) => Envelope::encode_ok(value),
             Err(error) => Envelope::encode_err(error),
         };

@@ -186,9 +186,11 @@ impl Store for MemoryStore {
         let renewed = match Self::live(&mut state, req.key, req.now) {
             Some(Record {
                 state: RecordState::InProgress { owner, lease_until },
+                expires_at,
                 ..
             }) if *owner == req.owner => {
                 *lease_until = req.lease_until;
+                *expires_at = (*expires_at).max(req.lease_until);
                 true
             }
             _ => false,

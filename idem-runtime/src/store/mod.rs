@@ -366,7 +366,8 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     fn take_over<'a>(&'a self, req: TakeoverRequest<'a>) -> StoreFuture<'a, bool>;
 
     /// Compare-and-set, the heartbeat (L1): if the key's live record is in progress and
-    /// owned by `req.owner`, set its lease deadline to `req.lease_until` and return
+    /// owned by `req.owner`, set its lease deadline to `req.lease_until`, raise its expiry
+    /// to at least that deadline (a body running past the TTL stays live), and return
     /// `true`; otherwise (taken over, marked unknown, completed, released, expired, absent)
     /// change nothing and return `false`: the owner has lost the claim.
     fn renew<'a>(&'a self, req: RenewRequest<'a>) -> StoreFuture<'a, bool>;

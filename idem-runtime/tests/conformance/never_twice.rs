@@ -298,6 +298,25 @@ pub async fn an_unknown_outcome_holds_the_key_until_its_lease_lapses(make: Facto
     assert_eq!(attempt.fence(), 2);
 }
 
+/// Drops `call` as a timeout around it would, once its body's effect landed (`effects` moved
+/// from 0), whatever the store's first round trips cost (bounded: 10 s).
+async fn timeout_after_the_effect<F: std::future::Future>(call: F, effects: &AtomicUsize) {
+    let landed = async {
+        while effects.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    };
+    tokio::select! {
+        _ = call => panic!("the call finished; it should still be running"),
+        _ = tokio::time::timeout(Duration::from_secs(10), landed) => {}
+    }
+    assert_eq!(
+        effects.load(Ordering::SeqCst),
+        1,
+        "the effect landed before the timeout"
+    );
+}
+
 // pins U4, S7: a body cancelled after it began (a timeout around the call, after the effect)
 // holds the key as unknown: a retry does not run the effect again before the lease lapses
 pub async fn a_cancelled_body_holds_the_key_as_unknown(make: Factory) {
@@ -313,8 +332,7 @@ pub async fn a_cancelled_body_holds_the_key_as_unknown(make: Factory) {
             std::future::pending::<Result<u64, ToolError>>().await
         })
     };
-    let timed_out = tokio::time::timeout(Duration::from_millis(20), call(effects.clone())).await;
-    assert!(timed_out.is_err(), "the timeout fired after the effect");
+    timeout_after_the_effect(call(effects.clone()), &effects).await;
     assert_eq!(effects.load(Ordering::SeqCst), 1);
     eventually(&h, &key, "the unknown mark", is_unknown).await;
     let retry = tokio::time::timeout(Duration::from_secs(5), call(effects.clone()))
@@ -658,6 +676,29 @@ pub async fn store_renew_and_mark_unknown_compare_the_owner(make: Factory) {
     assert!(store.renew(renew(next, 90, 190)).await.unwrap());
     assert!(!store.renew(renew(next, 10_080, 10_180)).await.unwrap());
     assert!(!store.mark_unknown(mark(next, 10_080)).await.unwrap());
+    // A renewal past the record's expiry raises the expiry to the new lease deadline: a body
+    // running past its TTL stays live (L1).
+    let short = test_key(21);
+    assert_eq!(
+        store
+            .claim(claim_req(&short, &fp, owner, at(0), at(100), at(150)))
+            .await
+            .unwrap(),
+        Claim::Acquired { fence: 1 }
+    );
+    let past_ttl = RenewRequest {
+        key: &short,
+        owner,
+        now: at(90),
+        lease_until: at(190),
+    };
+    assert!(store.renew(past_ttl).await.unwrap());
+    let read = store
+        .read(&short, at(160))
+        .await
+        .unwrap()
+        .expect("still live");
+    assert_eq!(read.expires_at, at(190));
 }
 
 /// An engine over `h`'s store on the wall clock (real time, for the hammers below).
@@ -881,15 +922,11 @@ pub async fn a_cancelled_body_is_reconciled_on_retry(make: Factory) {
     let effects = Arc::new(AtomicUsize::new(0));
     let p = prepare(spec, Some(&ctx), |a| a.key("order", &13u64).map(drop)).unwrap();
     let seen = effects.clone();
-    let timed_out = tokio::time::timeout(
-        Duration::from_millis(20),
-        p.run(async move {
-            seen.fetch_add(1, Ordering::SeqCst);
-            std::future::pending::<Result<u64, ToolError>>().await
-        }),
-    )
-    .await;
-    assert!(timed_out.is_err());
+    let call = p.run(async move {
+        seen.fetch_add(1, Ordering::SeqCst);
+        std::future::pending::<Result<u64, ToolError>>().await
+    });
+    timeout_after_the_effect(call, &effects).await;
     eventually(&h, &key, "the unknown mark", is_unknown).await;
     let reconciles = AtomicUsize::new(0);
     for call in 0..2 {

@@ -90,7 +90,7 @@ impl Statements {
                  WHERE key = $5 AND owner = $6 AND lease_until = $7 AND expires_at > $3"
             ),
             renew: format!(
-                "UPDATE {s}.records SET lease_until = $1
+                "UPDATE {s}.records SET lease_until = $1, expires_at = GREATEST(expires_at, $1)
                  WHERE key = $2 AND owner = $3 AND unknown_since IS NULL AND expires_at > $4"
             ),
             mark_unknown: format!(

@@ -157,6 +157,7 @@ if r[1] == ARGV[1] and r[2] and r[2] > ARGV[2] and not r[3] then
   if not is_number(r[2]) then return corrupt('expires_at is not 20 decimal digits') end
   upgrade(v)
   redis.call('HSET', K, 'lease_until', ARGV[3])
+  if ARGV[3] > r[2] then redis.call('HSET', K, 'expires_at', ARGV[3]) end
   extend(keep_for(ARGV[2], later(r[2], ARGV[3])))
   return 1
 end

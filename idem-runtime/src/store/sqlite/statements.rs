@@ -55,7 +55,7 @@ WHERE key = :key AND owner = :seen_owner AND lease_until = :seen_lease_until
 
 /// Compare-and-set on the owner of a live row in progress (L1).
 const RENEW: &str = "
-UPDATE idem_records SET lease_until = :lease_until
+UPDATE idem_records SET lease_until = :lease_until, expires_at = MAX(expires_at, :lease_until)
 WHERE key = :key AND owner = :owner AND unknown_since IS NULL AND expires_at > :now
 ";
 
