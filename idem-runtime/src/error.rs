@@ -129,7 +129,7 @@ fn outcome_unknown_message(
         Some(ms) => format!("the key is held for {ms} ms more; after that a call runs the tool again with the same key"),
         None => "the next call asks the tool's reconcile function again".to_owned(),
     };
-    format!("the outcome of idempotency key {key} of tool `{tool}` is unknown since {since}: a run began and ended without an outcome (cancelled, crashed, or timed out downstream), so the effect may or may not have happened; {next}")
+    format!("the outcome of idempotency key {key} of tool `{tool}` is unknown: a run that claimed it at {} ms after the epoch ended without an outcome (cancelled, crashed, or timed out downstream), so the effect may or may not have happened; {next}", since.as_millis())
 }
 
 impl Error {

@@ -31,15 +31,17 @@ pub struct CallRecord {
     pub tool: String,
     /// The call's idempotency key (K10).
     pub key: IdempotencyKey,
-    /// Executed or replayed.
+    /// Executed, replayed, or reconciled (U3).
     pub status: CallStatus,
     /// When the saved (or now saving) execution claimed the key.
     pub created_at: Timestamp,
     /// When the record expires: `created_at + ttl` (S8).
     pub expires_at: Timestamp,
     /// For an executed call: whether its outcome was saved. `false` when the store failed
-    /// or a takeover fenced this owner out (S10); the record then stays in progress until
-    /// its lease lapses. Always `true` for a replay.
+    /// or a takeover fenced this owner out (S10; the record then stays in progress until
+    /// its lease lapses), and when the body ended with an error that is not saved
+    /// (retryable: released; outcome unknown: the key is marked unknown, U1). Always
+    /// `true` for a replay.
     pub recorded: bool,
     /// Whether this execution took over a claim whose outcome was unknown: its lease had
     /// lapsed, or its owner gave up (S6, U2).

@@ -806,8 +806,8 @@ mod dispatch_checks {
 
     // D3/U2 (minor): the first call's answer — the body's own outcome-unknown error — tells
     // the model neither the key nor since when, unlike the layer's OutcomeUnknown.
+    // Fixed: the body's own outcome-unknown error reaches the model with the key.
     #[tokio::test]
-    #[ignore = "BUG (minor): D3 — a body's outcome-unknown reaches the model without key/since"]
     async fn d3_body_outcome_unknown_reaches_the_model_without_key_or_since() {
         let m = mem();
         let spec = global_spec("adv7_disp_unknown_msg");

@@ -115,6 +115,22 @@ impl ToolFailure {
     }
 }
 
+/// The body's own outcome-unknown error, told to the model with the key and since when, as
+/// the layer's `OutcomeUnknown` is (U2): the model can then refer to the call later.
+fn with_unknown_key(mut failure: ToolFailure, record: Option<&CallRecord>) -> ToolFailure {
+    if let (FailureKind::OutcomeUnknown, Some(record)) = (failure.kind, record) {
+        if !failure.message.contains(record.key.as_str()) {
+            failure.message = format!(
+                "{}; the outcome of idempotency key {} (claimed at {} ms after the epoch) is unknown: the effect may or may not have happened",
+                failure.message,
+                record.key,
+                record.created_at.as_millis()
+            );
+        }
+    }
+    failure
+}
+
 /// The failure kind of a layer error: [`FailureKind::OutcomeUnknown`] for
 /// `Error::OutcomeUnknown`, else [`FailureKind::Layer`].
 fn layer_kind(error: &Error) -> FailureKind {
@@ -147,10 +163,9 @@ fn reply<T: Serialize, E: IdempotentError + fmt::Display>(
         }),
         Err(error) => Err(ToolFailure::from_tool_error(&error)),
     };
-    ToolReply {
-        result,
-        record: context.last_outcome(),
-    }
+    let record = context.last_outcome();
+    let result = result.map_err(|failure| with_unknown_key(failure, record.as_ref()));
+    ToolReply { result, record }
 }
 
 fn bad_arguments(tool: &str, error: serde_json::Error) -> ToolReply {

@@ -285,7 +285,12 @@ pub async fn an_unknown_outcome_holds_the_key_until_its_lease_lapses(make: Facto
             };
             assert_eq!(*since, claimed);
             assert_eq!(*retry_after_ms, Some(6_000));
-            assert!(error.to_string().contains("is unknown since"), "{error}");
+            assert!(
+                error
+                    .to_string()
+                    .contains("is unknown: a run that claimed it at"),
+                "{error}"
+            );
         }
         other => panic!("expected OutcomeUnknown, got {other:?}"),
     }
