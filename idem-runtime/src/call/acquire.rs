@@ -47,6 +47,29 @@ pub(super) struct Ownership {
     pub(super) previous: Option<PreviousRun>,
 }
 
+impl Ownership {
+    /// A claim (or, with `previous`, a takeover) made at `now`.
+    fn new(
+        owner: OwnerToken,
+        fence: u64,
+        now: Timestamp,
+        expires_at: Timestamp,
+        previous: Option<PreviousRun>,
+    ) -> Self {
+        Ownership {
+            owner,
+            fence,
+            lifetime: Lifetime {
+                created_at: now,
+                expires_at,
+                fence,
+                takeover: previous.is_some(),
+            },
+            previous,
+        }
+    }
+}
+
 /// When the record that answers a call was created and expires.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Lifetime {
@@ -86,17 +109,8 @@ impl PreparedCall {
                 .map_err(|e| self.store_error(e))?
             {
                 Claim::Acquired { fence } => {
-                    return Ok(Acquired::Owner(Ownership {
-                        owner,
-                        fence,
-                        lifetime: Lifetime {
-                            created_at: now,
-                            expires_at,
-                            fence,
-                            takeover: false,
-                        },
-                        previous: None,
-                    }));
+                    let claimed = Ownership::new(owner, fence, now, expires_at, None);
+                    return Ok(Acquired::Owner(claimed));
                 }
                 Claim::Existing(record) => record,
             };
@@ -162,17 +176,8 @@ impl PreparedCall {
                 .map_err(|e| self.store_error(e))?
             {
                 tracing::warn!(tool = self.spec.name, key = %self.key, fence, cause = ?due.previous.cause, reconcile = self.spec.reconcile, "took over a claim whose outcome is unknown");
-                return Ok(Acquired::Owner(Ownership {
-                    owner,
-                    fence,
-                    lifetime: Lifetime {
-                        created_at: now,
-                        expires_at,
-                        fence,
-                        takeover: true,
-                    },
-                    previous: Some(due.previous),
-                }));
+                let taken = Ownership::new(owner, fence, now, expires_at, Some(due.previous));
+                return Ok(Acquired::Owner(taken));
             }
             // The record changed under us (another caller took over first): look again at
             // once. A takeover that keeps failing means the store does not hold what it

@@ -292,21 +292,26 @@ impl ClaimedCall {
         })
     }
 
+    /// The write that finishes with `outcome`, if any. From here the guard does nothing:
+    /// the outcome exists, so the effect may have happened, and only this write acts (not
+    /// even a panic in the outcome's `Serialize` releases the claim, S7, S10).
+    fn finishing<T: Serialize, E: IdempotentError>(
+        &mut self,
+        outcome: &Result<T, E>,
+    ) -> Option<Detachable<bool>> {
+        self.guard.on_drop = None;
+        self.finish_step(outcome)
+            .map(|step| self.finish_write(step))
+    }
+
     /// Finishes with the body's (or a reconcile function's) outcome and returns it.
     async fn finish<T: Serialize, E: IdempotentError>(
         mut self,
         outcome: Result<T, E>,
         status: CallStatus,
     ) -> Result<T, E> {
-        // The outcome exists, so the effect may have happened: from here the guard does
-        // nothing, not even on a panic in the outcome's `Serialize` (S7, S10); only the
-        // write chosen below acts.
-        self.guard.on_drop = None;
-        let recorded = match self.finish_step(&outcome) {
-            Some(step) => {
-                let write = self.finish_write(step);
-                Heartbeat::alongside(self.heartbeat.as_ref(), write).await
-            }
+        let recorded = match self.finishing(&outcome) {
+            Some(write) => Heartbeat::alongside(self.heartbeat.as_ref(), write).await,
             None => false,
         };
         self.call.record(status, self.lifetime, recorded);
@@ -319,13 +324,9 @@ impl ClaimedCall {
         outcome: Result<T, E>,
         status: CallStatus,
     ) -> Result<T, E> {
-        self.guard.on_drop = None;
-        let recorded = match self.finish_step(&outcome) {
-            Some(step) => {
-                let write = self.finish_write(step);
-                // Refused only on a current-thread runtime, which the claim already refused.
-                self.call.drive_blocking(write).unwrap_or(false)
-            }
+        // Refused only on a current-thread runtime, which the claim already refused.
+        let recorded = match self.finishing(&outcome) {
+            Some(write) => self.call.drive_blocking(write).unwrap_or(false),
             None => false,
         };
         self.call.record(status, self.lifetime, recorded);
