@@ -36,7 +36,7 @@ pub struct ClaimedCall {
     needs_reconcile: bool,
     /// Renews the lease alongside async work (L1).
     heartbeat: Option<Heartbeat>,
-    /// The heartbeat of the sync path, on a task of its own; aborted on drop.
+    /// The heartbeat of the sync path, served by the renewal thread; unregistered on drop.
     _beating: Option<Beating>,
     guard: ClaimGuard,
 }
@@ -72,7 +72,7 @@ impl ClaimedCall {
             attempt.fenced_signal(),
         );
         let beating = match (&heartbeat, blocking) {
-            (Some(heartbeat), true) => heartbeat.spawn(),
+            (Some(heartbeat), true) => heartbeat.register(),
             _ => None,
         };
         // Dropped before the body begins: give the claim back as it was taken (U4).
@@ -193,7 +193,7 @@ impl ClaimedCall {
     }
 
     /// [`run`](Self::run) for a sync tool: the body runs on this thread while the lease is
-    /// renewed from a task of its own.
+    /// renewed by idem's renewal thread.
     pub fn run_blocking<T, E>(mut self, body: impl FnOnce() -> Result<T, E>) -> Result<T, E>
     where
         T: Serialize,

@@ -141,7 +141,7 @@ impl PreparedCall {
     }
 
     /// [`run`](Self::run) for a sync tool: drives the protocol on this thread and runs the
-    /// body on it; the body's lease is renewed from a task of its own (L1). Stores whose
+    /// body on it; the body's lease is renewed by idem's renewal thread (L1). Stores whose
     /// futures are ready at once (memory) or run on their own threads (SQLite) never block
     /// on I/O here; waiting for a concurrent duplicate blocks this thread for at most the
     /// tool's `wait`.

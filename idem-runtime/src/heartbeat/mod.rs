@@ -6,9 +6,13 @@
 //! Renewals run on the engine's clock (tests move a manual clock; nothing sleeps for real):
 //! the first one `heartbeat` after the claim, then one `heartbeat` after each success. An
 //! async body's heartbeat is polled alongside the body, inside the caller's future, and so
-//! stops when that future is dropped; a sync body's heartbeat runs on a task
-//! ([`Heartbeat::spawn`]) that is aborted when the call ends. A body that returns within
-//! `heartbeat` costs no renewal.
+//! stops when that future is dropped; a sync body's heartbeat is served by one renewal
+//! thread per process ([`service`], [`Heartbeat::register`]) until the call ends. A body
+//! that returns within `heartbeat` costs no renewal.
+
+mod service;
+
+pub(crate) use service::Beating;
 
 use std::future::Future;
 use std::pin::pin;
@@ -16,8 +20,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
-
-use tokio::task::JoinHandle;
 
 use crate::attempt::FencedSignal;
 use crate::clock::{Clock, Timestamp};
@@ -81,8 +83,23 @@ impl Heartbeat {
     /// fenced signal and returns). Never returns while the claim holds.
     async fn beat(self) {
         loop {
-            let due = Timestamp::from_millis(self.next_at.load(Ordering::SeqCst));
-            self.clock.sleep_until(due).await;
+            self.clock.sleep_until(self.due()).await;
+            if !self.renew_once().await {
+                return;
+            }
+        }
+    }
+
+    /// When the next renewal is due (engine clock).
+    fn due(&self) -> Timestamp {
+        Timestamp::from_millis(self.next_at.load(Ordering::SeqCst))
+    }
+
+    /// One renewal, now, and the schedule of the next: `false` when it found the claim lost
+    /// (the fenced signal is then set, L2), `true` otherwise (renewed, or a store error to
+    /// retry soon).
+    async fn renew_once(&self) -> bool {
+        {
             let now = self.clock.now();
             let request = RenewRequest {
                 key: &self.key,
@@ -95,7 +112,7 @@ impl Heartbeat {
                 Ok(false) => {
                     tracing::warn!(tool = self.tool, key = %self.key, "lease renewal found the claim lost (another caller took over after this owner stalled longer than the lease); the body is fenced and its outcome will not be saved");
                     self.fenced.set();
-                    return;
+                    return false;
                 }
                 Err(error) => {
                     tracing::warn!(tool = self.tool, key = %self.key, %error, "lease renewal failed; trying again");
@@ -103,6 +120,7 @@ impl Heartbeat {
                 }
             };
             self.next_at.store(next.as_millis(), Ordering::SeqCst);
+            true
         }
     }
 
@@ -126,29 +144,5 @@ impl Heartbeat {
             Poll::Pending
         })
         .await
-    }
-
-    /// Starts this heartbeat on a task of its own, for a sync body that blocks its thread:
-    /// on idem's background runtime, whatever runtime the call is on. A task spawned on the
-    /// caller's runtime could sit in the queue of the very worker the body blocks (tokio
-    /// hands that worker's core to another thread only when its blocking pool has room);
-    /// the background runtime's thread is never blocked by a body. Network stores' requests
-    /// still run on their own runtime's other workers. Aborted when the returned guard drops.
-    pub(crate) fn spawn(&self) -> Option<Beating> {
-        let Some(runtime) = crate::detach::background() else {
-            tracing::warn!(tool = self.tool, key = %self.key, "no runtime to renew the lease on; the body runs without renewals");
-            return None;
-        };
-        Some(Beating(runtime.spawn(self.clone().beat())))
-    }
-}
-
-/// A heartbeat running on a task; aborted on drop.
-#[derive(Debug)]
-pub(crate) struct Beating(JoinHandle<()>);
-
-impl Drop for Beating {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
