@@ -139,18 +139,20 @@ pub(super) fn claim(
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(failed)?;
     let fence: Option<i64> = tx
-        .query_row(
-            CLAIM,
-            named_params! {
-                ":key": v.key,
-                ":fingerprint": v.fingerprint,
-                ":now": to_sql(v.now),
-                ":expires_at": v.expires_at,
-                ":owner": v.owner,
-                ":lease_until": v.lease_until,
-            },
-            |row| row.get(0),
-        )
+        .prepare_cached(CLAIM)
+        .and_then(|mut statement| {
+            statement.query_row(
+                named_params! {
+                    ":key": v.key,
+                    ":fingerprint": v.fingerprint,
+                    ":now": to_sql(v.now),
+                    ":expires_at": v.expires_at,
+                    ":owner": v.owner,
+                    ":lease_until": v.lease_until,
+                },
+                |row| row.get(0),
+            )
+        })
         .optional()
         .map_err(failed)?;
     let claim = match fence {
@@ -201,21 +203,21 @@ pub(super) fn take_over(
     path: &Path,
     v: &TakeoverValues,
 ) -> Result<bool, StoreError> {
-    conn.execute(
-        TAKE_OVER,
-        named_params! {
-            ":key": v.key,
-            ":seen_owner": v.seen_owner,
-            ":seen_lease_until": v.seen_lease_until,
-            ":owner": v.owner,
-            ":now": v.now,
-            ":lease_until": v.lease_until,
-            ":expires_at": v.expires_at,
-            ":fence": v.fence,
-        },
-    )
-    .map(|updated| updated == 1)
-    .map_err(|e| db_error(path, "take over", e))
+    conn.prepare_cached(TAKE_OVER)
+        .and_then(|mut statement| {
+            statement.execute(named_params! {
+                ":key": v.key,
+                ":seen_owner": v.seen_owner,
+                ":seen_lease_until": v.seen_lease_until,
+                ":owner": v.owner,
+                ":now": v.now,
+                ":lease_until": v.lease_until,
+                ":expires_at": v.expires_at,
+                ":fence": v.fence,
+            })
+        })
+        .map(|updated| updated == 1)
+        .map_err(|e| db_error(path, "take over", e))
 }
 
 /// The parameters of a renewal or a mark-unknown: key, owner, `now`, and the new lease
@@ -249,17 +251,17 @@ impl OwnerUpdate {
 
 /// One statement: [`RENEW`]. `true` when the lease was extended.
 pub(super) fn renew(conn: &Connection, path: &Path, v: &OwnerUpdate) -> Result<bool, StoreError> {
-    conn.execute(
-        RENEW,
-        named_params! {
-            ":key": v.key,
-            ":owner": v.owner,
-            ":now": v.now,
-            ":lease_until": v.value,
-        },
-    )
-    .map(|updated| updated == 1)
-    .map_err(|e| db_error(path, "renew", e))
+    conn.prepare_cached(RENEW)
+        .and_then(|mut statement| {
+            statement.execute(named_params! {
+                ":key": v.key,
+                ":owner": v.owner,
+                ":now": v.now,
+                ":lease_until": v.value,
+            })
+        })
+        .map(|updated| updated == 1)
+        .map_err(|e| db_error(path, "renew", e))
 }
 
 /// One statement: [`MARK_UNKNOWN`]. `true` when the row became outcome unknown.
@@ -268,17 +270,17 @@ pub(super) fn mark_unknown(
     path: &Path,
     v: &OwnerUpdate,
 ) -> Result<bool, StoreError> {
-    conn.execute(
-        MARK_UNKNOWN,
-        named_params! {
-            ":key": v.key,
-            ":owner": v.owner,
-            ":now": v.now,
-            ":since": v.value,
-        },
-    )
-    .map(|updated| updated == 1)
-    .map_err(|e| db_error(path, "mark unknown", e))
+    conn.prepare_cached(MARK_UNKNOWN)
+        .and_then(|mut statement| {
+            statement.execute(named_params! {
+                ":key": v.key,
+                ":owner": v.owner,
+                ":now": v.now,
+                ":since": v.value,
+            })
+        })
+        .map(|updated| updated == 1)
+        .map_err(|e| db_error(path, "mark unknown", e))
 }
 
 /// One statement: [`COMPLETE`].
@@ -290,23 +292,23 @@ pub(super) fn complete(
     outcome: &Envelope,
     now: Timestamp,
 ) -> Result<Completion, StoreError> {
-    conn.execute(
-        COMPLETE,
-        named_params! {
-            ":key": key,
-            ":owner": owner_to_sql(owner),
-            ":outcome": outcome.as_str(),
-            ":now": to_sql(now),
-        },
-    )
-    .map(|updated| {
-        if updated == 1 {
-            Completion::Saved
-        } else {
-            Completion::Fenced
-        }
-    })
-    .map_err(|e| db_error(path, "complete", e))
+    conn.prepare_cached(COMPLETE)
+        .and_then(|mut statement| {
+            statement.execute(named_params! {
+                ":key": key,
+                ":owner": owner_to_sql(owner),
+                ":outcome": outcome.as_str(),
+                ":now": to_sql(now),
+            })
+        })
+        .map(|updated| {
+            if updated == 1 {
+                Completion::Saved
+            } else {
+                Completion::Fenced
+            }
+        })
+        .map_err(|e| db_error(path, "complete", e))
 }
 
 /// One statement: [`RELEASE`]. `true` when the row was deleted.
@@ -316,12 +318,12 @@ pub(super) fn release(
     key: &str,
     owner: OwnerToken,
 ) -> Result<bool, StoreError> {
-    conn.execute(
-        RELEASE,
-        named_params! { ":key": key, ":owner": owner_to_sql(owner) },
-    )
-    .map(|deleted| deleted == 1)
-    .map_err(|e| db_error(path, "release", e))
+    conn.prepare_cached(RELEASE)
+        .and_then(|mut statement| {
+            statement.execute(named_params! { ":key": key, ":owner": owner_to_sql(owner) })
+        })
+        .map(|deleted| deleted == 1)
+        .map_err(|e| db_error(path, "release", e))
 }
 
 /// One statement: [`COLLECT`] with garbage cutoff `cutoff`, at most `limit` rows (all
@@ -332,11 +334,11 @@ pub(super) fn collect(
     cutoff: Timestamp,
     limit: i64,
 ) -> Result<usize, StoreError> {
-    conn.execute(
-        COLLECT,
-        named_params! { ":cutoff": to_sql(cutoff), ":limit": limit },
-    )
-    .map_err(|e| db_error(path, "collect garbage", e))
+    conn.prepare_cached(COLLECT)
+        .and_then(|mut statement| {
+            statement.execute(named_params! { ":cutoff": to_sql(cutoff), ":limit": limit })
+        })
+        .map_err(|e| db_error(path, "collect garbage", e))
 }
 
 /// The live row of `key` at `now`, decoded.
@@ -347,11 +349,13 @@ pub(super) fn read_live(
     now: Timestamp,
 ) -> Result<Option<Record>, StoreError> {
     let row: Option<Row> = conn
-        .query_row(
-            READ_LIVE,
-            named_params! { ":key": key, ":now": to_sql(now) },
-            Row::read,
-        )
+        .prepare_cached(READ_LIVE)
+        .and_then(|mut statement| {
+            statement.query_row(
+                named_params! { ":key": key, ":now": to_sql(now) },
+                Row::read,
+            )
+        })
         .optional()
         .map_err(|e| db_error(path, "read", e))?;
     row.map(|row| row.decode(path, key)).transpose()
