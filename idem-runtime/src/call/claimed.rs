@@ -311,7 +311,13 @@ impl ClaimedCall {
         status: CallStatus,
     ) -> Result<T, E> {
         let recorded = match self.finishing(&outcome) {
-            Some(write) => Heartbeat::alongside(self.heartbeat.as_ref(), write).await,
+            // The write is one store round trip, bounded by the store's timeout: it renews
+            // alongside only if a renewal is due already (a body that ended just then), so
+            // the common write arms no renewal timer.
+            Some(write) => {
+                let due = self.heartbeat.as_ref().filter(|h| h.is_due());
+                Heartbeat::alongside(due, write).await
+            }
             None => false,
         };
         self.call.record(status, self.lifetime, recorded);

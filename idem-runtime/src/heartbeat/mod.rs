@@ -90,6 +90,11 @@ impl Heartbeat {
         }
     }
 
+    /// Whether a renewal is due now.
+    pub(crate) fn is_due(&self) -> bool {
+        self.clock.now() >= self.due()
+    }
+
     /// When the next renewal is due (engine clock).
     fn due(&self) -> Timestamp {
         Timestamp::from_millis(self.next_at.load(Ordering::SeqCst))
