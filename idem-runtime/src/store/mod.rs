@@ -17,6 +17,8 @@ mod in_flight;
 pub mod locator;
 #[cfg(feature = "memory")]
 mod memory;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod sql_row;
 
 pub use locator::{StoreConfigError, StoreLocator, DEFAULT_POSTGRES_SCHEMA, DEFAULT_REDIS_PREFIX};
 

@@ -9,9 +9,8 @@ use tokio_postgres::Row;
 use super::errors::error_text;
 use super::{Inner, BACKEND};
 use crate::clock::Timestamp;
-use crate::envelope::Envelope;
-use crate::key::Fingerprint;
-use crate::store::{Claim, OwnerToken, Record, RecordState, StoreError, StoreErrorKind};
+use crate::store::sql_row::{decode_fence, SqlRow};
+use crate::store::{Claim, OwnerToken, Record, StoreError, StoreErrorKind};
 
 /// How many times a claim retries after racing with a concurrent claim and release.
 const CLAIM_ATTEMPTS: usize = 8;
@@ -159,52 +158,22 @@ impl Inner {
         let unknown_since: Option<i64> = row.try_get(7).map_err(bad)?;
         let outcome: Option<String> = row.try_get(8).map_err(bad)?;
         let completed_at: Option<i64> = row.try_get(9).map_err(bad)?;
-        let time = |value: i64, column: &str| {
-            u64::try_from(value)
-                .map(Timestamp::from_millis)
-                .map_err(|_| self.corrupt(key, &format!("negative {column} {value}")))
-        };
-        let owner_token = |owner: &str| {
-            OwnerToken::from_hex(owner)
-                .ok_or_else(|| self.corrupt(key, "owner is not 32 lower-case hex digits"))
-        };
-        let fingerprint = Fingerprint::from_hex(&fingerprint)
-            .ok_or_else(|| self.corrupt(key, "fingerprint is not 64 lowercase hex digits"))?;
-        let state = match (owner, lease_until, unknown_since, outcome, completed_at) {
-            (Some(owner), Some(lease_until), None, None, None) => RecordState::InProgress {
-                owner: owner_token(&owner)?,
-                lease_until: time(lease_until, "lease_until")?,
-            },
-            (Some(owner), Some(lease_until), Some(since), None, None) => {
-                RecordState::OutcomeUnknown {
-                    owner: owner_token(&owner)?,
-                    lease_until: time(lease_until, "lease_until")?,
-                    since: time(since, "unknown_since")?,
-                }
-            }
-            (None, None, None, Some(outcome), Some(completed_at)) => RecordState::Completed {
-                outcome: Envelope::from_stored(outcome),
-                completed_at: time(completed_at, "completed_at")?,
-            },
-            _ => {
-                return Err(self.corrupt(key, "neither in progress, outcome unknown nor completed"))
-            }
-        };
-        Ok(Record {
+        SqlRow {
             fingerprint,
-            created_at: time(created_at, "created_at")?,
-            expires_at: time(expires_at, "expires_at")?,
-            fence: self.fence(key, fence)?,
-            state,
-        })
+            created_at,
+            expires_at,
+            fence,
+            owner,
+            lease_until,
+            unknown_since,
+            outcome,
+            completed_at,
+        }
+        .decode(|what| self.corrupt(key, what))
     }
 
-    /// A stored fencing token: at least 1 (F1).
     fn fence(&self, key: &str, fence: i64) -> Result<u64, StoreError> {
-        u64::try_from(fence)
-            .ok()
-            .filter(|fence| *fence >= 1)
-            .ok_or_else(|| self.corrupt(key, &format!("fence {fence} is not at least 1")))
+        decode_fence(fence, |what| self.corrupt(key, what))
     }
 }
 

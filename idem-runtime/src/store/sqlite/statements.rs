@@ -11,8 +11,8 @@ use rusqlite::{named_params, Connection, OptionalExtension, TransactionBehavior}
 use super::error::{corrupt, db_error};
 use crate::clock::Timestamp;
 use crate::envelope::Envelope;
-use crate::key::Fingerprint;
-use crate::store::{Claim, ClaimRequest, Completion, OwnerToken, Record, RecordState, StoreError};
+use crate::store::sql_row::{self, SqlRow};
+use crate::store::{Claim, ClaimRequest, Completion, OwnerToken, Record, StoreError};
 use crate::store::{MarkUnknownRequest, RenewRequest, TakeoverRequest};
 
 /// Insert if absent or expired (S2, S8). A new key gets fence 1; a claim over an expired
@@ -362,21 +362,11 @@ pub(super) fn read_live(
 }
 
 /// The columns of [`READ_LIVE`], as stored.
-struct Row {
-    fingerprint: String,
-    created_at: i64,
-    expires_at: i64,
-    fence: i64,
-    owner: Option<String>,
-    lease_until: Option<i64>,
-    unknown_since: Option<i64>,
-    outcome: Option<String>,
-    completed_at: Option<i64>,
-}
+struct Row(SqlRow);
 
 impl Row {
     fn read(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
-        Ok(Row {
+        Ok(Row(SqlRow {
             fingerprint: row.get("fingerprint")?,
             created_at: row.get("created_at")?,
             expires_at: row.get("expires_at")?,
@@ -386,66 +376,18 @@ impl Row {
             unknown_since: row.get("unknown_since")?,
             outcome: row.get("outcome")?,
             completed_at: row.get("completed_at")?,
-        })
+        }))
     }
 
     /// The record, or [`StoreErrorKind::Corrupt`](crate::store::StoreErrorKind::Corrupt)
     /// when a value is out of its domain or the columns set match no state.
     fn decode(self, path: &Path, key: &str) -> Result<Record, StoreError> {
-        let time = |value: i64, column: &str| {
-            u64::try_from(value)
-                .map(Timestamp::from_millis)
-                .map_err(|_| corrupt(path, key, &format!("negative {column} {value}")))
-        };
-        let fingerprint = Fingerprint::from_hex(&self.fingerprint)
-            .ok_or_else(|| corrupt(path, key, "fingerprint is not 64 lowercase hex digits"))?;
-        let owner = |owner: &str| {
-            OwnerToken::from_hex(owner)
-                .ok_or_else(|| corrupt(path, key, "owner is not 32 lower-case hex digits"))
-        };
-        let state = match (
-            self.owner,
-            self.lease_until,
-            self.unknown_since,
-            self.outcome,
-            self.completed_at,
-        ) {
-            (Some(o), Some(lease_until), None, None, None) => RecordState::InProgress {
-                owner: owner(&o)?,
-                lease_until: time(lease_until, "lease_until")?,
-            },
-            (Some(o), Some(lease_until), Some(since), None, None) => RecordState::OutcomeUnknown {
-                owner: owner(&o)?,
-                lease_until: time(lease_until, "lease_until")?,
-                since: time(since, "unknown_since")?,
-            },
-            (None, None, None, Some(outcome), Some(completed_at)) => RecordState::Completed {
-                outcome: Envelope::from_stored(outcome),
-                completed_at: time(completed_at, "completed_at")?,
-            },
-            _ => {
-                return Err(corrupt(
-                    path,
-                    key,
-                    "neither in progress, outcome unknown nor completed",
-                ))
-            }
-        };
-        Ok(Record {
-            fingerprint,
-            created_at: time(self.created_at, "created_at")?,
-            expires_at: time(self.expires_at, "expires_at")?,
-            fence: decode_fence(path, key, self.fence)?,
-            state,
-        })
+        self.0.decode(|what| corrupt(path, key, what))
     }
 }
 
 fn decode_fence(path: &Path, key: &str, fence: i64) -> Result<u64, StoreError> {
-    u64::try_from(fence)
-        .ok()
-        .filter(|&fence| fence >= 1)
-        .ok_or_else(|| corrupt(path, key, &format!("fence {fence} is not positive")))
+    sql_row::decode_fence(fence, |what| corrupt(path, key, what))
 }
 
 #[cfg(test)]

@@ -1,0 +1,84 @@
+//! One row of the records table as both SQL stores keep it (SQLite and PostgreSQL: times,
+//! expiry and fence as signed 64-bit integers, fingerprint and owner as hex text), and its
+//! decoding into a [`Record`] (S1, S10, F1, U1).
+
+use super::{OwnerToken, Record, RecordState, StoreError};
+use crate::clock::Timestamp;
+use crate::envelope::Envelope;
+use crate::key::Fingerprint;
+
+/// The columns of one records-table row, as stored.
+pub(crate) struct SqlRow {
+    pub(crate) fingerprint: String,
+    pub(crate) created_at: i64,
+    pub(crate) expires_at: i64,
+    pub(crate) fence: i64,
+    pub(crate) owner: Option<String>,
+    pub(crate) lease_until: Option<i64>,
+    pub(crate) unknown_since: Option<i64>,
+    pub(crate) outcome: Option<String>,
+    pub(crate) completed_at: Option<i64>,
+}
+
+impl SqlRow {
+    /// The record, or the error `corrupt(what)` makes when a value is out of its domain or
+    /// the columns set match no state: an owner and a lease without `unknown_since` is in
+    /// progress, with it outcome unknown; an outcome and its time is completed.
+    pub(crate) fn decode(self, corrupt: impl Fn(&str) -> StoreError) -> Result<Record, StoreError> {
+        let time = |value: i64, column: &str| {
+            u64::try_from(value)
+                .map(Timestamp::from_millis)
+                .map_err(|_| corrupt(&format!("negative {column} {value}")))
+        };
+        let owner = |owner: &str| {
+            OwnerToken::from_hex(owner)
+                .ok_or_else(|| corrupt("owner is not 32 lower-case hex digits"))
+        };
+        let fingerprint = Fingerprint::from_hex(&self.fingerprint)
+            .ok_or_else(|| corrupt("fingerprint is not 64 lowercase hex digits"))?;
+        let state = match (
+            self.owner,
+            self.lease_until,
+            self.unknown_since,
+            self.outcome,
+            self.completed_at,
+        ) {
+            (Some(o), Some(lease_until), None, None, None) => RecordState::InProgress {
+                owner: owner(&o)?,
+                lease_until: time(lease_until, "lease_until")?,
+            },
+            (Some(o), Some(lease_until), Some(since), None, None) => RecordState::OutcomeUnknown {
+                owner: owner(&o)?,
+                lease_until: time(lease_until, "lease_until")?,
+                since: time(since, "unknown_since")?,
+            },
+            (None, None, None, Some(outcome), Some(completed_at)) => RecordState::Completed {
+                outcome: Envelope::from_stored(outcome),
+                completed_at: time(completed_at, "completed_at")?,
+            },
+            _ => {
+                return Err(corrupt(
+                    "neither in progress, outcome unknown nor completed",
+                ))
+            }
+        };
+        Ok(Record {
+            fingerprint,
+            created_at: time(self.created_at, "created_at")?,
+            expires_at: time(self.expires_at, "expires_at")?,
+            fence: decode_fence(self.fence, &corrupt)?,
+            state,
+        })
+    }
+}
+
+/// A stored fence: at least 1 (F1), else `corrupt(…)`.
+pub(crate) fn decode_fence(
+    fence: i64,
+    corrupt: impl Fn(&str) -> StoreError,
+) -> Result<u64, StoreError> {
+    u64::try_from(fence)
+        .ok()
+        .filter(|&fence| fence >= 1)
+        .ok_or_else(|| corrupt(&format!("fence {fence} is not at least 1")))
+}
