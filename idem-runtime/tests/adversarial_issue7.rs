@@ -201,7 +201,7 @@ async fn u1_retryable_error_after_takeover_forgets_the_unknown_outcome() {
 }
 
 // ---------------------------------------------------------------------------------------
-// F2: after a release the fence restarts, and a stale owner's late write lands.
+// F2: a stale owner's late write, after a later owner's retryable error (was a bug).
 // ---------------------------------------------------------------------------------------
 
 /// A downstream table guarded by the fence, as F2 prescribes:
@@ -234,8 +234,9 @@ impl Downstream {
 // Fixed: B's retryable error after a takeover keeps the key unknown (U1) instead of
 // releasing it, so C takes over with fence 4 once B's lease lapsed, and A's late write (fence
 // 2) is refused downstream.
+// pins F2, U1
 #[tokio::test]
-async fn f2_stale_owner_write_lands_after_a_release_resets_the_fence() {
+async fn f2_a_stale_owners_late_write_is_refused_even_after_a_retryable_error() {
     let m = mem();
     let spec = spec("adv7_fence", 86_400_000, 1_000, 0, false, OnCancel::Hold);
     let c = ctx(&m.engine, "conv_fence");

@@ -132,6 +132,7 @@ macro_rules! conformance_suite {
                 an_unknown_outcome_holds_the_key_until_its_lease_lapses,
                 a_cancelled_body_holds_the_key_as_unknown,
                 a_cancelled_body_is_reconciled_on_retry,
+                a_stale_owners_late_write_is_refused_by_the_fence,
                 on_cancel_release_releases_at_once,
                 reconcile_done_is_saved_and_replayed,
                 reconcile_not_done_runs_the_body_and_unknown_asks_again,

@@ -953,3 +953,63 @@ pub async fn a_cancelled_body_is_reconciled_on_retry(make: Factory) {
     assert_eq!(reconciles.load(Ordering::SeqCst), 1);
     assert_eq!(effects.load(Ordering::SeqCst), 1, "one effect");
 }
+
+// pins F2, L2, S6: an owner cut off from the store past its lease is taken over; the new
+// owner writes downstream with its larger fence; the stale owner's late write, guarded by
+// `fence < $fence` as F2 prescribes, changes nothing, and its outcome is not saved
+pub async fn a_stale_owners_late_write_is_refused_by_the_fence(make: Factory) {
+    let (h, faulty) = super::faulty_harness(make);
+    faulty
+        .fail_renew
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let spec = spec("fenced_write", 1_000, 0, false, OnCancel::Hold);
+    let ctx = h.ctx("conv_fenced_write");
+    // The downstream row: (fence, writer), written only when `fence < $fence`.
+    let row = Arc::new(std::sync::Mutex::new((0u64, "")));
+    let write = |row: &std::sync::Mutex<(u64, &'static str)>, fence: u64, who: &'static str| {
+        let mut row = row.lock().unwrap();
+        let lands = row.0 < fence;
+        if lands {
+            *row = (fence, who);
+        }
+        lands
+    };
+    let (go, wait) = tokio::sync::oneshot::channel::<()>();
+    let began = Arc::new(AtomicUsize::new(0));
+    let p = prepare(spec, Some(&ctx), |a| a.key("order", &30u64).map(drop)).unwrap();
+    let (stale_row, stale_began) = (row.clone(), began.clone());
+    let mut stale = Box::pin(p.run(async move {
+        let attempt = current_attempt().unwrap();
+        stale_began.store(attempt.fence() as usize, Ordering::SeqCst);
+        let _ = wait.await; // a pause longer than the lease
+        Ok::<bool, ToolError>(write(&stale_row, attempt.fence(), "stale"))
+    }));
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while began.load(Ordering::SeqCst) == 0 {
+        assert!(std::time::Instant::now() < deadline, "the body never began");
+        assert!(futures_util::poll!(&mut stale).is_pending());
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(began.load(Ordering::SeqCst), 1);
+    h.clock.advance(Duration::from_millis(1_000));
+    let p = prepare(spec, Some(&ctx), |a| a.key("order", &30u64).map(drop)).unwrap();
+    let newer = p
+        .run(async {
+            let attempt = current_attempt().unwrap();
+            assert_eq!(attempt.fence(), 2);
+            Ok::<bool, ToolError>(write(&row, attempt.fence(), "newer"))
+        })
+        .await;
+    assert_eq!(newer, Ok(true));
+    let _ = go.send(());
+    assert_eq!(
+        stale.await,
+        Ok(false),
+        "the stale owner's late write changed nothing"
+    );
+    assert!(
+        !ctx.last_outcome().unwrap().recorded,
+        "its outcome is fenced out"
+    );
+    assert_eq!(*row.lock().unwrap(), (2, "newer"));
+}
