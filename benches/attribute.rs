@@ -14,7 +14,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use idem::{idempotent, CallContext, Engine, MemoryStore, SystemClock, ToolError};
+use idem_agent::{idempotent, CallContext, Engine, MemoryStore, SystemClock, ToolError};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Receipt {
@@ -123,9 +123,9 @@ fn first_call(c: &mut Criterion) {
 
 /// idem's own key derivation for the same arguments (capture + canonical text + SHA-256),
 /// without the store: what separates the attribute from the floor besides the protocol.
-fn idem_key(order_id: &str) -> idem::IdempotencyKey {
+fn idem_key(order_id: &str) -> idem_agent::IdempotencyKey {
     let a = args(order_id);
-    let mut builder = idem::ArgsBuilder::new();
+    let mut builder = idem_agent::ArgsBuilder::new();
     builder.key("order_id", a.order_id).expect("encodable");
     builder
         .key("amount_cents", &a.amount_cents)
@@ -136,8 +136,8 @@ fn idem_key(order_id: &str) -> idem::IdempotencyKey {
         .expect("encodable");
     builder.key("reason", a.reason).expect("encodable");
     let (canonical, _fingerprint) = builder.finish();
-    idem::key::derive_key(
-        idem::key::ScopeComponent::new("conversation", Some("conv_bench")),
+    idem_agent::key::derive_key(
+        idem_agent::key::ScopeComponent::new("conversation", Some("conv_bench")),
         "send_refund",
         &canonical,
     )

@@ -19,9 +19,9 @@ use std::collections::HashMap;
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use idem::canonical::capture;
-use idem::key::{derive_key, ScopeComponent};
-use idem::ArgsBuilder;
+use idem_agent::canonical::capture;
+use idem_agent::key::{derive_key, ScopeComponent};
+use idem_agent::ArgsBuilder;
 use serde::Serialize;
 
 #[derive(Serialize)]
@@ -134,7 +134,7 @@ fn batch(orders: usize) -> Batch {
     }
 }
 
-fn key_of<T: Serialize>(value: &T) -> idem::IdempotencyKey {
+fn key_of<T: Serialize>(value: &T) -> idem_agent::IdempotencyKey {
     let mut args = ArgsBuilder::new();
     args.key("batch", value)
         .expect("benchmark data canonicalises");

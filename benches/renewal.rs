@@ -13,7 +13,7 @@
 //! that PostgreSQL has prepared its statements and Redis knows its scripts), then a replay
 //! of each key.
 //!
-//! Run: `cargo bench --bench renewal --features idem/sqlite,idem/redis,idem/postgres`
+//! Run: `cargo bench --bench renewal --features idem-agent/sqlite,idem-agent/redis,idem-agent/postgres`
 //! (backends as in `benches/backends/mod.rs`; `IDEM_BENCH_STORES=memory,sqlite` keeps only
 //! those). Exits with status 1 if any count differs from the expected one.
 
@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use idem::{idempotent, CallContext, CallStatus, Engine, SystemClock, ToolError};
+use idem_agent::{idempotent, CallContext, CallStatus, Engine, SystemClock, ToolError};
 
 use backends::{backends, Backend};
 

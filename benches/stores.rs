@@ -6,7 +6,7 @@
 //! root package's features `sqlite`, `redis`, `postgres` are on (see `backends/mod.rs`:
 //! servers, fresh key prefix / schema per run, deleted at the end).
 //!
-//! Run: `cargo bench --bench stores --features idem/sqlite,idem/redis,idem/postgres`.
+//! Run: `cargo bench --bench stores --features idem-agent/sqlite,idem-agent/redis,idem-agent/postgres`.
 //! `IDEM_BENCH_STORES=redis,postgres` keeps only the named backends (all by default).
 
 use std::hint::black_box;
@@ -18,7 +18,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use serde::{Deserialize, Serialize};
 use tokio::runtime::Runtime;
 
-use idem::{idempotent, CallContext, Engine, Store, SystemClock, ToolError};
+use idem_agent::{idempotent, CallContext, Engine, Store, SystemClock, ToolError};
 
 mod backends;
 

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
-use idem::{idempotent, AttemptInfo, CallContext, Reconciled, ToolError};
+use idem_agent::{idempotent, AttemptInfo, CallContext, Reconciled, ToolError};
 use serde::{Deserialize, Serialize};
 
 /// A refund as the payment API records it.
@@ -125,7 +125,7 @@ async fn check_refund(
 /// Refunds an order through the payment API, forwarding the idempotency key and fence.
 #[idempotent(reconcile = check_refund, lease = "30s")]
 async fn send_refund(order: &str, amount_cents: u64) -> Result<Refund, ToolError> {
-    let attempt = idem::current_attempt().expect("inside an #[idempotent] body");
+    let attempt = idem_agent::current_attempt().expect("inside an #[idempotent] body");
     match API
         .refund(attempt.key().as_str(), attempt.fence(), order, amount_cents)
         .await
@@ -148,7 +148,7 @@ async fn call(ctx: &CallContext, scenario: &str, n: u32, order: &str) {
         (Ok(refund), Some(status)) => {
             format!("{status}: {} of {} cents", refund.id, refund.amount_cents)
         }
-        (Err(ToolError::Idem(idem::Error::OutcomeUnknown { .. })), _) => {
+        (Err(ToolError::Idem(idem_agent::Error::OutcomeUnknown { .. })), _) => {
             "error: outcome unknown (the reconcile function could not tell yet)".to_owned()
         }
         (Err(error), _) => format!("error: {error}"),

@@ -4,7 +4,7 @@
 //!
 //! For each phase it resets the server's statistics (`CONFIG RESETSTAT`), times the N calls,
 //! reads `INFO commandstats`, and prints one JSON line with the wall time per call, the
-//! store's own round-trip count per call ([`idem::Store::round_trips`]) and the commands
+//! store's own round-trip count per call ([`idem_agent::Store::round_trips`]) and the commands
 //! Redis counted (the `CONFIG RESETSTAT` itself excluded; `INFO` does not count itself).
 //! The keys live under a fresh prefix, deleted at the end.
 //!
@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use idem::{idempotent, CallContext, Engine, RedisStore, Store, SystemClock, ToolError};
+use idem_agent::{idempotent, CallContext, Engine, RedisStore, Store, SystemClock, ToolError};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Receipt {
@@ -55,7 +55,7 @@ fn options() -> Result<Options, String> {
         n: 2000,
         prefix: format!(
             "idem-cmp:{:032x}:",
-            idem::store::OwnerToken::random().as_u128()
+            idem_agent::store::OwnerToken::random().as_u128()
         ),
     };
     let mut args = std::env::args().skip(1);

@@ -17,7 +17,7 @@
 //! attempts grow. `--scope call` keys the demo tool on the provider's tool-call id
 //! instead of the conversation (file), so identical calls are distinct intents.
 //! `--store LOCATOR` keeps the records in that store (`memory`, `sqlite:FILE`,
-//! `redis://…`, `postgres://…`, with the matching cargo feature of idem); without it the
+//! `redis://…`, `postgres://…`, with the matching cargo feature of idem-agent); without it the
 //! store is the one `IDEM_STORE` names, else memory. The conversation id of a file is its
 //! path as given, so running twice on the same file with the same persistent store replays
 //! every call the second time (`"executions":0`).
@@ -37,12 +37,12 @@ use std::sync::LazyLock;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use idem::dispatch::{
+use idem_agent::dispatch::{
     parse_turns_str, CallReport, Conversation, Dispatcher, RetryPolicy, Tool, Turn,
 };
-use idem::store::StoreConfigError;
-use idem::testkit::{EffectLog, FailOn, LosingTransport};
-use idem::{default_engine, idempotent, CallContext, CallStatus, Engine, ToolError};
+use idem_agent::store::StoreConfigError;
+use idem_agent::testkit::{EffectLog, FailOn, LosingTransport};
+use idem_agent::{default_engine, idempotent, CallContext, CallStatus, Engine, ToolError};
 
 /// Every real execution of the demo tool, with the key it carried (T3).
 static EFFECTS: LazyLock<EffectLog> = LazyLock::new(EffectLog::new);

@@ -13,7 +13,7 @@
 //! ```
 //! use std::sync::atomic::{AtomicUsize, Ordering};
 //!
-//! use idem::{idempotent, CallContext, CallStatus, ToolError};
+//! use idem_agent::{idempotent, CallContext, CallStatus, ToolError};
 //! use serde::{Deserialize, Serialize};
 //!
 //! #[derive(Debug, PartialEq, Serialize, Deserialize)]
@@ -28,7 +28,7 @@
 //! #[idempotent]
 //! pub async fn send_refund(order: &str, amount_cents: u64) -> Result<Refund, ToolError> {
 //!     // The call's key, to forward as the payment API's `Idempotency-Key`.
-//!     let key = idem::current_key().expect("inside an #[idempotent] body");
+//!     let key = idem_agent::current_key().expect("inside an #[idempotent] body");
 //!     REFUNDS_SENT.fetch_add(1, Ordering::SeqCst);
 //!     Ok(Refund { id: format!("re_{}", key.prefix(8)), amount_cents })
 //! }
@@ -68,7 +68,7 @@
 //! # Sync tools, choosing the key, an explicit context
 //!
 //! ```
-//! use idem::{idempotent, CallContext, CallStatus, Error, ToolError};
+//! use idem_agent::{idempotent, CallContext, CallStatus, Error, ToolError};
 //!
 //! /// `order` identifies the charge; `amount_cents` must match on a retry;
 //! /// `requested_at` differs between retries and stays out of both.
@@ -101,7 +101,7 @@
 //! the tool as a [`dispatch::Tool`], taking the model's JSON arguments:
 //!
 //! ```
-//! use idem::{idempotent, CallContext, CallStatus, ToolError};
+//! use idem_agent::{idempotent, CallContext, CallStatus, ToolError};
 //! use serde_json::json;
 //!
 //! #[idempotent]
@@ -130,7 +130,7 @@
 //! A tool with a reconcile function is asked first on the next call:
 //!
 //! ```
-//! use idem::{idempotent, AttemptInfo, CallContext, CallStatus, Reconciled, ToolError};
+//! use idem_agent::{idempotent, AttemptInfo, CallContext, CallStatus, Reconciled, ToolError};
 //! use std::sync::atomic::{AtomicBool, Ordering};
 //!
 //! static CHARGED: AtomicBool = AtomicBool::new(false); // the bank's side
@@ -143,7 +143,7 @@
 //!
 //! #[idempotent(reconcile = check_charge, lease = "30s")]
 //! async fn charge(card: &str, cents: u64) -> Result<u64, ToolError> {
-//!     let _ = (card, idem::current_attempt().unwrap().fence()); // forward key and fence
+//!     let _ = (card, idem_agent::current_attempt().unwrap().fence()); // forward key and fence
 //!     CHARGED.store(true, Ordering::SeqCst);
 //!     Err(ToolError::outcome_unknown("the bank timed out after the charge was sent"))
 //! }
@@ -173,10 +173,10 @@
 //! code:
 //!
 //! ```
-//! let engine = idem::Engine::builder().store_locator("memory").build()?;
-//! // or: let engine = idem::Engine::from_env()?;   // IDEM_STORE, memory if unset
+//! let engine = idem_agent::Engine::builder().store_locator("memory").build()?;
+//! // or: let engine = idem_agent::Engine::from_env()?;   // IDEM_STORE, memory if unset
 //! assert_eq!(engine.store().backend(), "memory");
-//! # Ok::<(), idem::store::StoreConfigError>(())
+//! # Ok::<(), idem_agent::store::StoreConfigError>(())
 //! ```
 //!
 //! Tests use [`testkit::ManualClock`] to move time instead of sleeping, and

@@ -4,15 +4,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem::dispatch::{parse_turns, Conversation, Dispatcher, Tool};
-use idem::envelope::Envelope;
-use idem::key::IdempotencyKey;
-use idem::store::{
+use idem_agent::dispatch::{parse_turns, Conversation, Dispatcher, Tool};
+use idem_agent::envelope::Envelope;
+use idem_agent::key::IdempotencyKey;
+use idem_agent::store::{
     ChangeSignal, Claim, ClaimRequest, Completion, MarkUnknownRequest, OwnerToken, Record,
     RenewRequest, StoreFuture, TakeoverRequest,
 };
-use idem::testkit::{EffectLog, ManualClock};
-use idem::{idempotent, CallContext, Engine, MemoryStore, Store, Timestamp, ToolError};
+use idem_agent::testkit::{EffectLog, ManualClock};
+use idem_agent::{idempotent, CallContext, Engine, MemoryStore, Store, Timestamp, ToolError};
 use serde_json::json;
 
 fn engine() -> Engine {
@@ -267,7 +267,10 @@ fn panic_while_saving_the_outcome_keeps_the_claim() {
     assert!(first.is_err());
     let second = ctx.enter(|| adv_explode(1));
     assert!(
-        matches!(second, Err(ToolError::Idem(idem::Error::InProgress { .. }))),
+        matches!(
+            second,
+            Err(ToolError::Idem(idem_agent::Error::InProgress { .. }))
+        ),
         "{second:?}"
     );
     assert_eq!(EXPLOSIONS.len(), 1, "the body ran once");

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem::{
+use idem_agent::{
     idempotent, AttemptInfo, CallContext, Engine, MemoryStore, Reconciled, SystemClock, ToolError,
 };
 

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem::testkit::ManualClock;
-use idem::{idempotent, CallContext, Engine, RedisStore, ToolError};
+use idem_agent::testkit::ManualClock;
+use idem_agent::{idempotent, CallContext, Engine, RedisStore, ToolError};
 
 static RUNS: AtomicUsize = AtomicUsize::new(0);
 
@@ -32,7 +32,7 @@ fn sync_tool_with_redis_on_a_current_thread_runtime_answers() {
         std::env::var("IDEM_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
     let prefix = format!(
         "idem-adv-attr:{:032x}:",
-        idem::store::OwnerToken::random().as_u128()
+        idem_agent::store::OwnerToken::random().as_u128()
     );
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -50,7 +50,7 @@ fn sync_tool_with_redis_on_a_current_thread_runtime_answers() {
     });
     match rx.recv_timeout(Duration::from_secs(15)) {
         Ok(Ok(100)) => assert_eq!(RUNS.load(Ordering::SeqCst), 1),
-        Ok(Err(ToolError::Idem(idem::Error::Store { .. }))) => {
+        Ok(Err(ToolError::Idem(idem_agent::Error::Store { .. }))) => {
             assert_eq!(RUNS.load(Ordering::SeqCst), 0)
         }
         Ok(other) => panic!("unexpected {other:?}"),

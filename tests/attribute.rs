@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
-use idem::dispatch::FailureKind;
-use idem::testkit::{EffectLog, ManualClock};
-use idem::{
+use idem_agent::dispatch::FailureKind;
+use idem_agent::testkit::{EffectLog, ManualClock};
+use idem_agent::{
     idempotent, CallContext, CallStatus, Engine, Error, IdempotencyKey, MemoryStore, ToolError,
     ToolSpec,
 };
@@ -43,12 +43,12 @@ fn key(ctx: &CallContext) -> IdempotencyKey {
 fn key_by_hand(
     spec: &'static ToolSpec,
     ctx: &CallContext,
-    fill: impl FnOnce(&mut idem::ArgsBuilder) -> Result<(), idem::CanonicalError>,
+    fill: impl FnOnce(&mut idem_agent::ArgsBuilder) -> Result<(), idem_agent::CanonicalError>,
 ) -> IdempotencyKey {
     // A derived context (own outcome slot), so that preparing this probe does not clear
     // the outcome of the call under test.
     let probe = ctx.clone().with_scope("__key_by_hand", "probe");
-    idem::prepare(spec, Some(&probe), fill)
+    idem_agent::prepare(spec, Some(&probe), fill)
         .unwrap()
         .key()
         .clone()
@@ -139,7 +139,9 @@ fn charge(log: &EffectLog, order: String, amount_cents: u64) -> Result<u64, Tool
 #[idempotent]
 fn key_in_body(order: String) -> Result<String, ToolError> {
     let _ = order;
-    Ok(idem::current_key().expect("a key in the body").to_string())
+    Ok(idem_agent::current_key()
+        .expect("a key in the body")
+        .to_string())
 }
 
 #[idempotent]
@@ -147,7 +149,7 @@ async fn key_in_async_body(ctx: &CallContext, order: String) -> Result<String, T
     let _ = order;
     tokio::task::yield_now().await;
     let from_context = ctx.key().map(ToString::to_string);
-    let current = idem::current_key().map(|k| k.to_string());
+    let current = idem_agent::current_key().map(|k| k.to_string());
     assert_eq!(from_context, None, "the caller's context is not the body's");
     Ok(current.expect("a key in the body"))
 }
@@ -470,7 +472,7 @@ fn the_key_inside_a_sync_body_is_the_outcome_key() {
     let ctx = context();
     let inside = ctx.enter(|| key_in_body("ord_1".into())).unwrap();
     assert_eq!(inside, key(&ctx).to_string());
-    assert!(idem::current_key().is_none(), "no key outside a body");
+    assert!(idem_agent::current_key().is_none(), "no key outside a body");
 }
 
 // pins K10, C4

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use idem::dispatch::{Conversation, Dispatcher, RetryPolicy};
-use idem::testkit::{EffectLog, FailOn, LosingTransport, ManualClock, ScriptedModel};
-use idem::{idempotent, CallContext, CallStatus, Engine, MemoryStore, ToolError};
+use idem_agent::dispatch::{Conversation, Dispatcher, RetryPolicy};
+use idem_agent::testkit::{EffectLog, FailOn, LosingTransport, ManualClock, ScriptedModel};
+use idem_agent::{idempotent, CallContext, CallStatus, Engine, MemoryStore, ToolError};
 
 /// The payment provider's side: every refund that really happened.
 static REFUNDS: LazyLock<EffectLog> = LazyLock::new(EffectLog::new);

@@ -12,8 +12,8 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem::testkit::ManualClock;
-use idem::{idempotent, CallContext, CallStatus, Engine, MemoryStore, Store, ToolError};
+use idem_agent::testkit::ManualClock;
+use idem_agent::{idempotent, CallContext, CallStatus, Engine, MemoryStore, Store, ToolError};
 
 /// The side effect: one line in the file named by `IDEM_TEST_EFFECTS`.
 fn effect(order: u64) {
@@ -56,7 +56,7 @@ fn child() {
             match ctx.run(send_refund(7)).await {
                 Ok(value) => {
                     let status = ctx.last_outcome().map(|o| o.status);
-                    let backend = idem::default_engine().unwrap().store().backend();
+                    let backend = idem_agent::default_engine().unwrap().store().backend();
                     println!("REPORT backend={backend} status={status:?} value={value}");
                 }
                 Err(error) => println!("REPORT error={error}"),
@@ -181,7 +181,8 @@ fn disabled_feature_is_named() {
     let report = case.run(Some(&locator), "");
     assert_eq!(report.len(), 1, "{report:?}");
     assert!(
-        report[0].contains("needs the `sqlite` cargo feature of idem")
+        report[0].contains("needs the `sqlite` cargo feature of the idem-agent package")
+            && report[0].contains("idem-agent = {")
             && report[0].contains("features = [\"sqlite\"]"),
         "{report:?}"
     );
@@ -202,8 +203,8 @@ fn sqlite_locator_survives_a_restart() {
     assert_eq!(case.executions(), 1);
 }
 
-static TOOL_STORE_EFFECTS: std::sync::LazyLock<idem::testkit::EffectLog> =
-    std::sync::LazyLock::new(idem::testkit::EffectLog::new);
+static TOOL_STORE_EFFECTS: std::sync::LazyLock<idem_agent::testkit::EffectLog> =
+    std::sync::LazyLock::new(idem_agent::testkit::EffectLog::new);
 
 #[idempotent(scope = "global", store = "memory", ttl = "1h")]
 async fn own_store_refund(order: u64) -> Result<u64, ToolError> {

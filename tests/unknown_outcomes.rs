@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem::dispatch::{Conversation, Dispatcher, FailureKind, RetryPolicy};
-use idem::testkit::{ManualClock, RecordingSleeper, ScriptedModel};
-use idem::{
+use idem_agent::dispatch::{Conversation, Dispatcher, FailureKind, RetryPolicy};
+use idem_agent::testkit::{ManualClock, RecordingSleeper, ScriptedModel};
+use idem_agent::{
     idempotent, AttemptInfo, CallContext, CallStatus, Engine, Error, MemoryStore, Reconciled,
     ToolError,
 };
@@ -129,7 +129,7 @@ async fn charge_happened(card: &u64, attempt: &AttemptInfo) -> Reconciled<u64, T
 
 #[idempotent(reconcile = charge_happened, lease = "1s")]
 fn charge(card: u64) -> Result<u64, ToolError> {
-    let attempt = idem::current_attempt().unwrap();
+    let attempt = idem_agent::current_attempt().unwrap();
     CHARGES.fetch_add(1, Ordering::SeqCst);
     if attempt.fence() == 1 {
         panic!("the card reader crashed");
@@ -201,8 +201,11 @@ struct BusyOnce {
     attempts: AtomicUsize,
 }
 
-impl idem::dispatch::Transport for BusyOnce {
-    fn invoke(&self, request: idem::dispatch::ToolRequest) -> idem::dispatch::TransportFuture {
+impl idem_agent::dispatch::Transport for BusyOnce {
+    fn invoke(
+        &self,
+        request: idem_agent::dispatch::ToolRequest,
+    ) -> idem_agent::dispatch::TransportFuture {
         let first = self.attempts.fetch_add(1, Ordering::SeqCst) == 0;
         Box::pin(async move {
             if first {
@@ -212,8 +215,8 @@ impl idem::dispatch::Transport for BusyOnce {
                     waited_ms: 0,
                     retry_after_ms: 700,
                 };
-                return Ok(idem::dispatch::ToolReply {
-                    result: Err(idem::dispatch::ToolFailure::from(busy)),
+                return Ok(idem_agent::dispatch::ToolReply {
+                    result: Err(idem_agent::dispatch::ToolFailure::from(busy)),
                     record: None,
                 });
             }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use tokio::runtime::Runtime;
 
-use idem::{MemoryStore, Store};
+use idem_agent::{MemoryStore, Store};
 
 /// One backend under test: its store, and whatever cleans it up when dropped.
 pub struct Backend {
@@ -44,7 +44,7 @@ fn all(runtime: &Runtime) -> Vec<Backend> {
     #[cfg(feature = "sqlite")]
     {
         let dir = tempfile_dir();
-        let store = idem::SqliteStore::open(dir.join("bench.sqlite3")).expect("open SQLite");
+        let store = idem_agent::SqliteStore::open(dir.join("bench.sqlite3")).expect("open SQLite");
         all.push(Backend {
             name: "sqlite",
             store: Arc::new(store),
@@ -57,7 +57,7 @@ fn all(runtime: &Runtime) -> Vec<Backend> {
             .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
         let prefix = format!("idem-bench:{}:", uuid_hex());
         let store = runtime
-            .block_on(idem::RedisStore::connect(&url))
+            .block_on(idem_agent::RedisStore::connect(&url))
             .expect("connect to Redis")
             .with_prefix(prefix.clone());
         all.push(Backend {
@@ -71,7 +71,8 @@ fn all(runtime: &Runtime) -> Vec<Backend> {
         let url = std::env::var("IDEM_TEST_POSTGRES_URL")
             .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
         let schema = format!("idem_bench_{}", uuid_hex());
-        let store = idem::PostgresStore::with_schema(&url, &schema).expect("a PostgreSQL URL");
+        let store =
+            idem_agent::PostgresStore::with_schema(&url, &schema).expect("a PostgreSQL URL");
         all.push(Backend {
             name: "postgres",
             store: Arc::new(store),
@@ -83,7 +84,7 @@ fn all(runtime: &Runtime) -> Vec<Backend> {
 
 #[cfg(any(feature = "redis", feature = "postgres", feature = "sqlite"))]
 fn uuid_hex() -> String {
-    format!("{:032x}", idem::store::OwnerToken::random().as_u128())
+    format!("{:032x}", idem_agent::store::OwnerToken::random().as_u128())
 }
 
 #[cfg(feature = "sqlite")]

@@ -75,6 +75,12 @@ pub(crate) struct Options {
     pub key: Option<ArgList>,
     pub dispatch: Option<Spanned<bool>>,
     pub store: Option<StoreOption>,
+    /// `crate = "path"`: where the generated code finds the facade, instead of looking it
+    /// up in the user's `Cargo.toml` (`facade.rs`).
+    pub krate: Option<syn::Path>,
+    /// The facade's path for this expansion: `krate`, else looked up (`facade.rs`). Set by
+    /// `expand` after parsing.
+    pub facade: TokenStream,
     /// Options written with a value that did not parse: relations involving them are not
     /// checked (their error is already reported; a default in their place could add a
     /// misleading one).
@@ -101,6 +107,7 @@ const OPTIONS: &[&str] = &[
     "key",
     "dispatch",
     "store",
+    "crate",
 ];
 
 /// Parses the attribute's arguments. Returns what parsed, and the errors (combined) if
@@ -170,7 +177,7 @@ fn parse_options(
                 }
             }
             "scope" | "ttl" | "lease" | "wait" | "heartbeat" | "on_cancel" | "reconcile"
-            | "name" | "dispatch" | "store" => {
+            | "name" | "dispatch" | "store" | "crate" => {
                 let value = parse_value(input, &option)?;
                 if repeated {
                     errors.at(option.span(), duplicate(&option_name));
@@ -221,6 +228,7 @@ fn parse_value(input: ParseStream, option: &Ident) -> syn::Result<Expr> {
             "reconcile" => "reconcile = check_refund",
             "name" => "name = \"send_refund\"",
             "store" => "store = \"sqlite:agent.db\"",
+            "crate" => "crate = \"idem_agent\"",
             _ => "dispatch = false",
         };
         return Err(syn::Error::new(
@@ -347,6 +355,18 @@ fn set_value(options: &mut Options, option: &str, value: &Expr) -> syn::Result<(
                 locator: lit,
             });
         }
+        "crate" => {
+            let lit = string_literal(value, option, "\"idem_agent\"")?;
+            options.krate = Some(lit.parse::<syn::Path>().map_err(|_| {
+                syn::Error::new(
+                    lit.span(),
+                    format!(
+                        "invalid `crate` value \"{}\": write the path under which the `idem-agent` crate is reachable here, like \"idem_agent\", \"::my_idem\" or \"crate::reexports::idem\"",
+                        lit.value()
+                    ),
+                )
+            })?);
+        }
         "name" => {
             let lit = string_literal(value, option, "\"send_refund\"")?;
             options.name = Some(Spanned {
@@ -452,7 +472,7 @@ fn reconcile_path(value: &Expr) -> syn::Result<ExprPath> {
         }
         Expr::Call(call) => Err(syn::Error::new_spanned(
             call,
-            format!("{SHAPE}: name the fn without calling it; idem calls it with the tool's arguments, by reference, then the `&idem::AttemptInfo`"),
+            format!("{SHAPE}: name the fn without calling it; idem calls it with the tool's arguments, by reference, then the `&idem_agent::AttemptInfo`"),
         )),
         Expr::Field(_) | Expr::MethodCall(_) => Err(syn::Error::new_spanned(
             value,
@@ -582,7 +602,7 @@ fn check_relations(options: &Options, errors: &mut Errors) {
     }
 }
 
-/// Mirror `idem::ToolSpec::DEFAULT_TTL` (24 h) and `DEFAULT_LEASE` (60 s) for the
+/// Mirror `idem_agent::ToolSpec::DEFAULT_TTL` (24 h) and `DEFAULT_LEASE` (60 s) for the
 /// ttl/lease check; the generated code itself names the runtime's constants.
 const DEFAULT_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 const DEFAULT_LEASE: Duration = Duration::from_secs(60);

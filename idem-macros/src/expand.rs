@@ -1,4 +1,4 @@
-//! Code generation: the tool fn rewritten around `idem::prepare` and the call protocol,
+//! Code generation: the tool fn rewritten around `idem_agent::prepare` and the call protocol,
 //! with checks whose errors point at the user's tokens (contract C1–C4, K6–K8, K10, S8).
 //!
 //! For
@@ -12,19 +12,19 @@
 //!
 //! ```text
 //! async fn send_refund(order: &str, amount: u64) -> Result<Receipt, ToolError> {
-//!     static __IDEM_SPEC: ::idem::ToolSpec = ::idem::ToolSpec { name: "send_refund", … };
-//!     ::idem::__private::check_output::<Result<Receipt, ToolError>>();   // C2
-//!     let __idem_prepared = ::idem::prepare(&__IDEM_SPEC, None, |__idem_args| {
+//!     static __IDEM_SPEC: ::idem_agent::ToolSpec = ::idem_agent::ToolSpec { name: "send_refund", … };
+//!     ::idem_agent::__private::check_output::<Result<Receipt, ToolError>>();   // C2
+//!     let __idem_prepared = ::idem_agent::prepare(&__IDEM_SPEC, None, |__idem_args| {
 //!         // C1: a trait made for this argument, its message naming it; spanned at `&str`.
 //!         { trait __IdemArgument {…} impl<T: Serialize> __IdemArgument for T {…}
 //!           <&str as __IdemArgument>::__idem_add(&order, __idem_args)?; }
 //!         { … <u64 as __IdemArgument>::__idem_add(&amount, __idem_args)?; }   // fingerprint
 //!         Ok(())
 //!     });
-//!     ::idem::__private::run::<Result<Receipt, ToolError>, _>(__idem_prepared, async move BODY).await
+//!     ::idem_agent::__private::run::<Result<Receipt, ToolError>, _>(__idem_prepared, async move BODY).await
 //! }
 //! #[allow(non_camel_case_types)] pub struct send_refund { _private: () }   // the companion
-//! impl send_refund { pub fn tool() -> ::idem::dispatch::Tool { … } }
+//! impl send_refund { pub fn tool() -> ::idem_agent::dispatch::Tool { … } }
 //! ```
 //!
 //! A sync fn calls `run_blocking::<Ret, _>(__idem_prepared, move || -> Ret BODY)` instead.
@@ -34,26 +34,26 @@
 //! top of `BODY`.
 //!
 //! The spec also carries `heartbeat` (`Some(Duration::from_millis(N))`, or `None` for the
-//! runtime's default, a third of the lease), `on_cancel` (`::idem::OnCancel::Hold` unless
+//! runtime's default, a third of the lease), `on_cancel` (`::idem_agent::OnCancel::Hold` unless
 //! `on_cancel = "release"`) and `reconcile` (whether `reconcile = PATH` is given). With
 //! `reconcile = check_refund`, the call is claimed first, and a record left
 //! outcome-unknown is settled by the reconcile fn before the body may run (U3):
 //!
 //! ```text
-//!     let __idem_call = match ::idem::__private::begin::<Ret>(__idem_prepared).await {
-//!         ::idem::__private::Begun::Done(r) => return r,       // replay, layer error…
-//!         ::idem::__private::Begun::Claimed(c) => c,
+//!     let __idem_call = match ::idem_agent::__private::begin::<Ret>(__idem_prepared).await {
+//!         ::idem_agent::__private::Begun::Done(r) => return r,       // replay, layer error…
+//!         ::idem_agent::__private::Begun::Claimed(c) => c,
 //!     };
 //!     let __idem_call = if __idem_call.needs_reconcile() {
 //!         let __idem_attempt = __idem_call.attempt();
 //!         // the receiver first (`&*self`), then every parameter, by shared reference
 //!         let __idem_verdict = check_refund(&order, &amount, &__idem_attempt);
-//!         match ::idem::__private::settle::<Ret, _>(__idem_call, __idem_verdict).await {
-//!             ::idem::__private::Begun::Done(r) => return r,   // the effect happened (or not)
-//!             ::idem::__private::Begun::Claimed(c) => c,       // it did not: run the body
+//!         match ::idem_agent::__private::settle::<Ret, _>(__idem_call, __idem_verdict).await {
+//!             ::idem_agent::__private::Begun::Done(r) => return r,   // the effect happened (or not)
+//!             ::idem_agent::__private::Begun::Claimed(c) => c,       // it did not: run the body
 //!         }
 //!     } else { __idem_call };
-//!     ::idem::__private::run_claimed::<Ret, _>(__idem_call, async move BODY).await
+//!     ::idem_agent::__private::run_claimed::<Ret, _>(__idem_call, async move BODY).await
 //! ```
 //!
 //! (sync: `begin_blocking`, `settle_blocking`, `run_claimed_blocking(__idem_call, move ||
@@ -69,12 +69,14 @@ use syn::{Item, ItemFn, TraitItemFn, Type};
 
 use crate::attr::{self, Errors, OnCancel, Options, ScopeKind};
 use crate::companion;
+use crate::facade;
 use crate::item::{self, Param, Role, ToolFn};
 
 /// The whole expansion: the rewritten fn and its companion, or, on any error, the errors
 /// and the item unchanged (C3).
 pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
-    let (options, attr_error) = attr::parse(args);
+    let (mut options, attr_error) = attr::parse(args);
+    options.facade = facade::path(options.krate.as_ref());
     let mut errors = Errors::default();
     if let Some(error) = attr_error {
         errors.push(error);
@@ -182,21 +184,19 @@ fn duration(
 }
 
 fn spec(options: &Options, tool_name: &str) -> TokenStream {
+    let idem = &options.facade;
     let scope = match options.scope.as_ref().map(|s| &s.value) {
-        None | Some(ScopeKind::Conversation) => quote!(::idem::Scope::Conversation),
-        Some(ScopeKind::Global) => quote!(::idem::Scope::Global),
-        Some(ScopeKind::Call) => quote!(::idem::Scope::Call),
-        Some(ScopeKind::Named(name)) => quote!(::idem::Scope::Named(#name)),
+        None | Some(ScopeKind::Conversation) => quote!(#idem::Scope::Conversation),
+        Some(ScopeKind::Global) => quote!(#idem::Scope::Global),
+        Some(ScopeKind::Call) => quote!(#idem::Scope::Call),
+        Some(ScopeKind::Named(name)) => quote!(#idem::Scope::Named(#name)),
     };
-    let ttl = duration(options.ttl.as_ref(), quote!(::idem::ToolSpec::DEFAULT_TTL));
+    let ttl = duration(options.ttl.as_ref(), quote!(#idem::ToolSpec::DEFAULT_TTL));
     let lease = duration(
         options.lease.as_ref(),
-        quote!(::idem::ToolSpec::DEFAULT_LEASE),
+        quote!(#idem::ToolSpec::DEFAULT_LEASE),
     );
-    let wait = duration(
-        options.wait.as_ref(),
-        quote!(::idem::ToolSpec::DEFAULT_WAIT),
-    );
+    let wait = duration(options.wait.as_ref(), quote!(#idem::ToolSpec::DEFAULT_WAIT));
     let heartbeat = match options.heartbeat.as_ref() {
         Some(every) => {
             let every = duration(Some(every), TokenStream::new());
@@ -205,18 +205,19 @@ fn spec(options: &Options, tool_name: &str) -> TokenStream {
         None => quote!(::core::option::Option::None),
     };
     let on_cancel = match options.on_cancel.as_ref().map(|o| o.value) {
-        None | Some(OnCancel::Hold) => quote!(::idem::OnCancel::Hold),
-        Some(OnCancel::Release) => quote!(::idem::OnCancel::Release),
+        None | Some(OnCancel::Hold) => quote!(#idem::OnCancel::Hold),
+        Some(OnCancel::Release) => quote!(#idem::OnCancel::Release),
     };
     let reconcile = options.reconcile.is_some();
     let (store, store_check) = match &options.store {
         Some(store) => {
             let locator = &store.locator;
             let check = Ident::new(store.backend, Span::call_site());
+            let idem_at = respan(idem.clone(), locator.span());
             (
                 quote!(::core::option::Option::Some(#locator)),
                 quote_spanned!(locator.span()=>
-                    const _: () = ::idem::__private::store_feature::#check();
+                    const _: () = #idem_at::__private::store_feature::#check();
                 ),
             )
         }
@@ -224,7 +225,7 @@ fn spec(options: &Options, tool_name: &str) -> TokenStream {
     };
     quote! {
         #store_check
-        static __IDEM_SPEC: ::idem::ToolSpec = ::idem::ToolSpec {
+        static __IDEM_SPEC: #idem::ToolSpec = #idem::ToolSpec {
             name: #tool_name,
             scope: #scope,
             ttl: #ttl,
@@ -260,7 +261,7 @@ fn generated_local(name: &str) -> Ident {
     Ident::new(name, Span::mixed_site())
 }
 
-fn add_argument(param: &Param, tool_name: &str) -> TokenStream {
+fn add_argument(param: &Param, tool_name: &str, idem: &TokenStream) -> TokenStream {
     let args = generated_local("__idem_args");
     let name = &param.name;
     let binding = &param.binding;
@@ -306,14 +307,14 @@ fn add_argument(param: &Param, tool_name: &str) -> TokenStream {
             trait __IdemArgument {
                 fn __idem_add(
                     &self,
-                    args: &mut ::idem::ArgsBuilder,
-                ) -> ::core::result::Result<(), ::idem::CanonicalError>;
+                    args: &mut #idem::ArgsBuilder,
+                ) -> ::core::result::Result<(), #idem::CanonicalError>;
             }
-            impl<T: ::idem::__private::serde::Serialize + ?::core::marker::Sized> __IdemArgument for T {
+            impl<T: #idem::__private::serde::Serialize + ?::core::marker::Sized> __IdemArgument for T {
                 fn __idem_add(
                     &self,
-                    args: &mut ::idem::ArgsBuilder,
-                ) -> ::core::result::Result<(), ::idem::CanonicalError> {
+                    args: &mut #idem::ArgsBuilder,
+                ) -> ::core::result::Result<(), #idem::CanonicalError> {
                     args.#method(#name, self)?;
                     ::core::result::Result::Ok(())
                 }
@@ -333,14 +334,17 @@ fn add_argument(param: &Param, tool_name: &str) -> TokenStream {
 pub(crate) struct CheckedOutput {
     pub tokens: TokenStream,
     pub range: (Span, Span),
+    /// The facade's path, spanned like the checks.
+    pub facade: TokenStream,
 }
 
 impl CheckedOutput {
-    pub(crate) fn new(ty: &Type) -> Self {
+    pub(crate) fn new(ty: &Type, facade: &TokenStream) -> Self {
         let (first, _) = span_range(ty);
         CheckedOutput {
             tokens: respan(ty.to_token_stream(), first),
             range: (first, first),
+            facade: respan(facade.clone(), first),
         }
     }
 
@@ -349,20 +353,20 @@ impl CheckedOutput {
         self.range.0
     }
 
-    /// C2: `::idem::__private::check_output::<Ret>();`, the first statement of the fn and
+    /// C2: `::idem_agent::__private::check_output::<Ret>();`, the first statement of the fn and
     /// of its companion's `tool()`.
     pub(crate) fn check(&self) -> TokenStream {
-        let tokens = &self.tokens;
+        let (tokens, idem_at) = (&self.tokens, &self.facade);
         spanned_call(
             self.range,
-            quote_spanned!(self.span()=> ::idem::__private::check_output::<#tokens>),
+            quote_spanned!(self.span()=> #idem_at::__private::check_output::<#tokens>),
             TokenStream::new(),
             quote!(;),
         )
     }
 }
 
-fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+pub(crate) fn respan(tokens: TokenStream, span: Span) -> TokenStream {
     tokens
         .into_iter()
         .map(|token| match token {
@@ -388,6 +392,7 @@ fn rewrite(tool: &ToolFn, options: &Options, tool_name: &str) -> TokenStream {
         sig,
         block,
     } = &tool.item;
+    let idem = &options.facade;
     let spec = spec(options, tool_name);
     let context = match tool.params.iter().find(|p| p.role == Role::Context) {
         Some(param) => {
@@ -400,7 +405,7 @@ fn rewrite(tool: &ToolFn, options: &Options, tool_name: &str) -> TokenStream {
         .params
         .iter()
         .filter(|p| matches!(p.role, Role::Key | Role::Fingerprint))
-        .map(|p| add_argument(p, tool_name));
+        .map(|p| add_argument(p, tool_name, idem));
     let rebinds = tool.params.iter().filter_map(|p| {
         p.pattern.as_ref().map(|pattern| {
             let binding = &p.binding;
@@ -412,8 +417,8 @@ fn rewrite(tool: &ToolFn, options: &Options, tool_name: &str) -> TokenStream {
         generated_local("__idem_args"),
     );
     let output = &tool.output;
-    let checked = CheckedOutput::new(output);
-    let span = checked.span();
+    let checked = CheckedOutput::new(output, idem);
+    let (span, idem_at) = (checked.span(), &checked.facade);
     let check = checked.check();
     let (range, checked_output) = (checked.range, &checked.tokens);
     let is_async = sig.asyncness.is_some();
@@ -433,7 +438,7 @@ fn rewrite(tool: &ToolFn, options: &Options, tool_name: &str) -> TokenStream {
     let body = if is_async {
         spanned_call(
             range,
-            quote_spanned!(span=> ::idem::__private::#run::<#checked_output, _>),
+            quote_spanned!(span=> #idem_at::__private::#run::<#checked_output, _>),
             async_body(&claim, rebinds.collect(), block),
             quote!(.await),
         )
@@ -445,7 +450,7 @@ fn rewrite(tool: &ToolFn, options: &Options, tool_name: &str) -> TokenStream {
         };
         spanned_call(
             range,
-            quote_spanned!(span=> ::idem::__private::#run_blocking::<#checked_output, _>),
+            quote_spanned!(span=> #idem_at::__private::#run_blocking::<#checked_output, _>),
             quote!(#claim, move || -> #output #closure_body),
             TokenStream::new(),
         )
@@ -455,7 +460,7 @@ fn rewrite(tool: &ToolFn, options: &Options, tool_name: &str) -> TokenStream {
         #vis #sig {
             #spec
             #check
-            let #prepared = ::idem::prepare(&__IDEM_SPEC, #context, |#args| {
+            let #prepared = #idem::prepare(&__IDEM_SPEC, #context, |#args| {
                 #(#adds)*
                 ::core::result::Result::Ok(())
             });
@@ -486,7 +491,8 @@ fn reconcile(
     let verdict = generated_local("__idem_verdict");
     let outcome = generated_local("__idem_outcome");
     let claimed = generated_local("__idem_claimed");
-    let (span, output) = (checked.span(), &checked.tokens);
+    let (span, output, idem_at) = (checked.span(), &checked.tokens, &checked.facade);
+    let idem = idem_at;
     let (begin, settle, suffix) = if is_async {
         (quote!(begin), quote!(settle), quote!(.await))
     } else {
@@ -547,35 +553,35 @@ fn reconcile(
     let settled = if is_async {
         spanned_call(
             at,
-            respan(quote!(::idem::__private::#settle::<#output, #infer>), at.0),
+            respan(quote!(#idem::__private::#settle::<#output, #infer>), at.0),
             quote!(#call, #verdict),
             suffix.clone(),
         )
     } else {
         spanned_call(
             checked.range,
-            quote_spanned!(span=> ::idem::__private::#settle::<#output, #infer>),
+            quote_spanned!(span=> #idem_at::__private::#settle::<#output, #infer>),
             quote!(#call, #verdict),
             TokenStream::new(),
         )
     };
     let begun = spanned_call(
         checked.range,
-        quote_spanned!(span=> ::idem::__private::#begin::<#output>),
+        quote_spanned!(span=> #idem_at::__private::#begin::<#output>),
         quote!(#prepared),
         suffix,
     );
     quote! {
         let #call = match #begun {
-            ::idem::__private::Begun::Done(#outcome) => return #outcome,
-            ::idem::__private::Begun::Claimed(#claimed) => #claimed,
+            #idem::__private::Begun::Done(#outcome) => return #outcome,
+            #idem::__private::Begun::Claimed(#claimed) => #claimed,
         };
         let #call = if #call.needs_reconcile() {
             let #attempt = #call.attempt();
             let #verdict = #check;
             match #settled {
-                ::idem::__private::Begun::Done(#outcome) => return #outcome,
-                ::idem::__private::Begun::Claimed(#claimed) => #claimed,
+                #idem::__private::Begun::Done(#outcome) => return #outcome,
+                #idem::__private::Begun::Claimed(#claimed) => #claimed,
             }
         } else {
             #call

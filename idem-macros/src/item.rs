@@ -105,7 +105,7 @@ pub(crate) fn analyze(mut item: ItemFn, options: &Options, errors: &mut Errors) 
         ReturnType::Default => {
             errors.at(
                 sig.ident.span(),
-                format!("#[idempotent] tool `{fn_name}` has no return type: a tool returns `Result<T, E>`, whose outcome is saved and replayed to every retry (for example `-> Result<Receipt, idem::ToolError>`)"),
+                format!("#[idempotent] tool `{fn_name}` has no return type: a tool returns `Result<T, E>`, whose outcome is saved and replayed to every retry (for example `-> Result<Receipt, idem_agent::ToolError>`)"),
             );
             None
         }
@@ -288,7 +288,7 @@ fn binds(pat: &Pat) -> Vec<String> {
     bindings.0
 }
 
-/// `&CallContext`, `&idem::CallContext`, `&'a ::idem::CallContext`…: the explicit context
+/// `&CallContext`, `&idem_agent::CallContext`, `&'a ::idem_agent::CallContext`…: the explicit context
 /// form (recognised by the last path segment).
 pub(crate) fn is_call_context(ty: &Type) -> bool {
     match ty {
@@ -357,7 +357,7 @@ mod tests {
         let options = crate::attr::parse(quote::quote!(key(order), skip(at))).0;
         let tool = analyzed(
             parse_quote! {
-                fn f(&self, ctx: &idem::CallContext, order: &str, (a, b): (u8, u8), at: u64) -> R { todo!() }
+                fn f(&self, ctx: &idem_agent::CallContext, order: &str, (a, b): (u8, u8), at: u64) -> R { todo!() }
             },
             &options,
         )
@@ -379,8 +379,8 @@ mod tests {
     fn recognises_the_context_type() {
         for ty in [
             quote::quote!(&CallContext),
-            quote::quote!(&idem::CallContext),
-            quote::quote!(&'a ::idem::CallContext),
+            quote::quote!(&idem_agent::CallContext),
+            quote::quote!(&'a ::idem_agent::CallContext),
         ] {
             assert!(is_call_context(&syn::parse2(ty).unwrap()));
         }

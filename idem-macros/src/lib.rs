@@ -1,5 +1,6 @@
-//! The `#[idempotent]` attribute of [`idem`](https://docs.rs/idem). Depend on `idem`, which
-//! re-exports it: the generated code refers to `::idem` paths only.
+//! The `#[idempotent]` attribute of [`idem-agent`](https://docs.rs/idem-agent). Depend on `idem-agent`, which
+//! re-exports it: the generated code finds it under the name your `Cargo.toml` gives it
+//! (a renamed dependency too), or at `#[idempotent(crate = "path")]`.
 //!
 //! Layout: `attr` parses the attribute's options, `item` checks the fn and sorts its
 //! arguments, `expand` writes the fn around the call protocol, `companion` writes the
@@ -10,6 +11,7 @@
 mod attr;
 mod companion;
 mod expand;
+mod facade;
 mod item;
 
 use proc_macro::TokenStream;
@@ -18,30 +20,30 @@ use proc_macro::TokenStream;
 /// not run the body again but returns the first call's saved outcome.
 ///
 /// ```ignore
-/// use idem::{idempotent, ToolError};
+/// use idem_agent::{idempotent, ToolError};
 ///
 /// #[idempotent(key(order), skip(requested_at), ttl = "24h")]
 /// async fn send_refund(order: &str, amount_cents: u64, requested_at: u64) -> Result<Refund, ToolError> {
 ///     // Runs at most once per (conversation, order) within 24 hours.
-///     bank.refund(order, amount_cents, idem::current_key()).await
+///     bank.refund(order, amount_cents, idem_agent::current_key()).await
 /// }
 /// ```
 ///
-/// Runnable examples are on the front page of the `idem` crate (a proc-macro crate cannot
+/// Runnable examples are on the front page of the `idem-agent` crate (a proc-macro crate cannot
 /// run its own attribute in doctests).
 ///
 /// # What a call does
 ///
 /// 1. Derives the call's idempotency key from the tool name, the scope's value (the
 ///    conversation id by default) and the canonical JSON of the key arguments; a scope
-///    without a value in force is an `idem::Error::MissingScope`, before the body runs.
+///    without a value in force is an `idem_agent::Error::MissingScope`, before the body runs.
 /// 2. Claims the key in the store of the `CallContext` in force (or the default engine).
 /// 3. Runs the body once, saves its `Ok` or `Err` outcome, and returns it; a later call
 ///    with the key, within the TTL, gets the saved outcome back without running the body.
 ///    Whether a call executed or replayed is on `ctx.last_outcome()`.
 ///
 /// Errors of the idempotency layer itself come back through the tool's error type
-/// (`From<idem::Error>`), and are never saved.
+/// (`From<idem_agent::Error>`), and are never saved.
 ///
 /// # Options
 ///
@@ -56,9 +58,10 @@ use proc_macro::TokenStream;
 /// | `reconcile = check_refund` | none | The fn that finds out whether the effect of a run whose outcome is unknown happened (U3), called instead of the body first: a path, not a string (`Self::check_refund` for an associated fn or method). Below. |
 /// | `name = "…"` | the fn's name | The tool name, part of every key and the name a model calls. 1 to 64 ASCII letters, digits, `_`, `-`, `.`. |
 /// | `skip(a, b)` | none | Arguments left out of the key and the fingerprint: timestamps, handles, anything that differs between retries of one intent. |
-/// | `key(a, b)` | all arguments | The identity arguments. The other non-skipped arguments form the fingerprint only: a later call with the same key and another fingerprint is an `idem::Error::Mismatch` and does not run. `key()` keys on the scope alone. |
-/// | `store = "sqlite:agent.db"` | none | The tool's own store, as a store locator (`memory`, `sqlite:PATH`, `redis://…`, `postgres://…`; syntax in `idem::store::locator`), opened on first use and shared by every tool naming the same locator. It wins over the call context's engine and the process default (the context's clock is still used). The scheme is checked at expansion; a backend whose cargo feature is off is a compile error naming the feature. |
+/// | `key(a, b)` | all arguments | The identity arguments. The other non-skipped arguments form the fingerprint only: a later call with the same key and another fingerprint is an `idem_agent::Error::Mismatch` and does not run. `key()` keys on the scope alone. |
+/// | `store = "sqlite:agent.db"` | none | The tool's own store, as a store locator (`memory`, `sqlite:PATH`, `redis://…`, `postgres://…`; syntax in `idem_agent::store::locator`), opened on first use and shared by every tool naming the same locator. It wins over the call context's engine and the process default (the context's clock is still used). The scheme is checked at expansion; a backend whose cargo feature is off is a compile error naming the feature. |
 /// | `dispatch = false` | `true` | Leaves out the dispatch companion (below). |
+/// | `crate = "path"` | looked up | Where the generated code reaches the `idem-agent` facade. By default the attribute reads the `Cargo.toml` of the crate being compiled and uses the dependency's name there (`idem-agent = "0.1"` gives `idem_agent`; `idem = { package = "idem-agent", … }` gives `idem`; `workspace = true` is followed); this option overrides the look-up, for a crate that reaches the facade through a re-export (`crate = "my_platform::idem"`), as serde's `#[serde(crate = "…")]` does. |
 ///
 /// Durations (`ttl`, `lease`, `wait`, `heartbeat`) are [humantime](https://docs.rs/humantime)
 /// strings (`"90s"`, `"30m"`, `"1h 30m"`, `"7d"`, `"500ms"`), parsed when the attribute
@@ -71,36 +74,36 @@ use proc_macro::TokenStream;
 ///
 /// While the body runs, the call renews its claim's lease every `heartbeat` (L1), so a
 /// body may run longer than the lease. A run can end without an outcome (U1): the body
-/// returned an error marked outcome-unknown (`idem::ToolError::outcome_unknown`), it was
+/// returned an error marked outcome-unknown (`idem_agent::ToolError::outcome_unknown`), it was
 /// cancelled (its future dropped) or panicked after it began (with `on_cancel = "hold"`,
 /// U4), or its owner died and the lease lapsed. The effect may or may not have happened.
 ///
 /// Without `reconcile` (U2), a call that finds the key unknown gets a non-retryable
-/// `idem::Error::OutcomeUnknown` until the claim's lease lapses; then the next call runs the
-/// body again with the same key (`idem::AttemptInfo::is_takeover` tells the body).
+/// `idem_agent::Error::OutcomeUnknown` until the claim's lease lapses; then the next call runs the
+/// body again with the same key (`idem_agent::AttemptInfo::is_takeover` tells the body).
 ///
 /// With `reconcile = check_refund` (U3), such a call takes the key over at once and calls
 /// `check_refund` instead of the body. It gets the receiver first for a method (as
 /// `&Self`), then every parameter of the tool in order, each by shared reference (skipped
-/// ones, pattern ones and a `&CallContext` too), then the attempt's `&idem::AttemptInfo`
-/// (the key, the fence, the earlier run), and returns an `idem::Reconciled<T, E>` for the
+/// ones, pattern ones and a `&CallContext` too), then the attempt's `&idem_agent::AttemptInfo`
+/// (the key, the fence, the earlier run), and returns an `idem_agent::Reconciled<T, E>` for the
 /// tool's `Result<T, E>`, or is an `async fn` returning one (a sync tool may name an async
 /// reconcile fn: its future is driven to completion). The parameters' borrows end before
 /// the body runs.
 ///
-/// (Outline; a runnable version is in the `idem` crate's docs, "Unknown outcomes".)
+/// (Outline; a runnable version is in the `idem-agent` crate's docs, "Unknown outcomes".)
 ///
 /// ```text
 /// #[idempotent(key(order), reconcile = check_refund)]
 /// async fn send_refund(order: &str, amount: u64) -> Result<Refund, ToolError> { … }
 ///
-/// async fn check_refund(order: &str, amount: &u64, attempt: &idem::AttemptInfo)
-///     -> idem::Reconciled<Refund, ToolError>
+/// async fn check_refund(order: &str, amount: &u64, attempt: &idem_agent::AttemptInfo)
+///     -> idem_agent::Reconciled<Refund, ToolError>
 /// {
 ///     match bank.find_refund(order, attempt.key()).await {
-///         Ok(Some(refund)) => idem::Reconciled::Done(Ok(refund)), // it happened: saved, replayed
-///         Ok(None) => idem::Reconciled::NotDone,                  // it did not: the body runs now
-///         Err(_) => idem::Reconciled::Unknown,                    // cannot tell: OutcomeUnknown
+///         Ok(Some(refund)) => idem_agent::Reconciled::Done(Ok(refund)), // it happened: saved, replayed
+///         Ok(None) => idem_agent::Reconciled::NotDone,                  // it did not: the body runs now
+///         Err(_) => idem_agent::Reconciled::Unknown,                    // cannot tell: OutcomeUnknown
 ///     }
 /// }
 /// ```
@@ -124,7 +127,7 @@ use proc_macro::TokenStream;
 ///   and `impl Trait` arguments included); otherwise an error at the argument's type
 ///   names it and suggests `skip(…)`.
 /// - The fn returns `Result<T, E>` with `T: Serialize + DeserializeOwned` and
-///   `E: idem::IdempotentError` (`idem::ToolError` is ready-made); otherwise an error at
+///   `E: idem_agent::IdempotentError` (`idem_agent::ToolError` is ready-made); otherwise an error at
 ///   the return type says which part is missing.
 /// - The options are well formed: an unknown or repeated option, a bad duration or scope
 ///   or tool name, a heartbeat not shorter than the lease, an `on_cancel` other than
@@ -140,7 +143,7 @@ use proc_macro::TokenStream;
 /// Supported: sync and async fns, free or methods (`&self`, `&mut self`, `self`), in
 /// trait impls too; `&str`, `&[T]`, `&T`, `Option<&T>`, `mut x: T`, pattern, generic and
 /// `impl Serialize` arguments. The fn keeps its signature, attributes and docs. In the
-/// body, `return` and `?` work as before, and `idem::current_key()` gives the call's key
+/// body, `return` and `?` work as before, and `idem_agent::current_key()` gives the call's key
 /// (to forward as a payment API's `Idempotency-Key`, for example). An async tool's future
 /// is `Send` whenever its body's is.
 ///
@@ -151,7 +154,7 @@ use proc_macro::TokenStream;
 /// name and visibility, so that registering the tool with a dispatcher is one line:
 ///
 /// ```ignore
-/// let tool: idem::dispatch::Tool = send_refund::tool();
+/// let tool: idem_agent::dispatch::Tool = send_refund::tool();
 /// ```
 ///
 /// `tool()` deserializes a call's JSON arguments object into the parameters' owned forms
@@ -167,7 +170,7 @@ use proc_macro::TokenStream;
 /// future is not `Send`, a tool whose error type is not `Display`, and an associated fn
 /// without receiver whose signature does not mention `Self` (it looks like a free fn, and a
 /// struct cannot be declared in an impl block); then build its tool with
-/// `idem::dispatch::Tool::from_async` or `from_sync`, capturing what it needs.
+/// `idem_agent::dispatch::Tool::from_async` or `from_sync`, capturing what it needs.
 #[proc_macro_attribute]
 pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::expand(args.into(), item.into()).into()

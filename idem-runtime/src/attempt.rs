@@ -37,8 +37,8 @@ use crate::key::IdempotencyKey;
 /// ```
 ///
 /// ```
-/// # extern crate idem_runtime as idem;
-/// use idem::{current_attempt, prepare, CallContext, ToolError, ToolSpec};
+/// # extern crate idem_runtime as idem_agent;
+/// use idem_agent::{current_attempt, prepare, CallContext, ToolError, ToolSpec};
 /// static SPEC: ToolSpec = ToolSpec::new("send_refund");
 /// let ctx = CallContext::new().with_conversation("conv_1");
 /// let prepared = prepare(&SPEC, Some(&ctx), |args| args.key("order", "ord_7").map(drop)).unwrap();

@@ -26,8 +26,8 @@ use crate::outcome::CallRecord;
 /// its own slot, so contexts built for concurrent calls never see each other's outcome.
 ///
 /// ```
-/// # extern crate idem_runtime as idem;
-/// use idem::CallContext;
+/// # extern crate idem_runtime as idem_agent;
+/// use idem_agent::CallContext;
 /// let ctx = CallContext::new().with_conversation("conv_42").with_scope("tenant", "acme");
 /// assert_eq!(ctx.conversation_id(), Some("conv_42"));
 /// let inside = ctx.enter(|| CallContext::current().and_then(|c| c.scope_value("tenant").map(String::from)));

@@ -36,11 +36,11 @@ pub const STORE_ENV_VAR: &str = "IDEM_STORE";
 /// A store and a clock. Cheap to clone (two `Arc`s).
 ///
 /// ```
-/// # extern crate idem_runtime as idem;
-/// use idem::{Engine, SystemClock};
+/// # extern crate idem_runtime as idem_agent;
+/// use idem_agent::{Engine, SystemClock};
 /// let engine = Engine::builder().store_locator("memory").clock(SystemClock).build()?;
 /// assert_eq!(engine.store().backend(), "memory");
-/// # Ok::<(), idem::store::StoreConfigError>(())
+/// # Ok::<(), idem_agent::store::StoreConfigError>(())
 /// ```
 #[derive(Clone)]
 pub struct Engine {

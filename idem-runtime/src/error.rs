@@ -11,7 +11,7 @@ use crate::store::StoreError;
 
 /// An error of the idempotency layer (never a tool's own failure).
 ///
-/// Tools return `Result<T, E>` where `E: From<idem::Error>`, so these errors reach the
+/// Tools return `Result<T, E>` where `E: From<idem_agent::Error>`, so these errors reach the
 /// caller through the tool's own error type. `Error` is `Serialize + Deserialize` only so
 /// that it can sit inside such an `E`; the layer never saves it as an outcome (S4).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
@@ -21,7 +21,7 @@ pub enum Error {
     /// The tool's scope needs a value (a conversation id, a tool-call id, a named scope
     /// value) and none is in force for this call. Raised before the body runs; the layer
     /// never falls back to a shared global key (K7). IETF draft: 400 (key missing).
-    #[error("tool `{tool}` is keyed by scope `{scope}`, but no {scope} value is in force for this call: set it on the idem::CallContext")]
+    #[error("tool `{tool}` is keyed by scope `{scope}`, but no {scope} value is in force for this call: set it on the idem_agent::CallContext")]
     MissingScope {
         /// The tool's name (K6).
         tool: String,

@@ -1,7 +1,7 @@
-//! Runtime of [`idem`](https://docs.rs/idem): retry a side-effecting AI-agent tool call
+//! Runtime of [`idem-agent`](https://docs.rs/idem-agent): retry a side-effecting AI-agent tool call
 //! without repeating the side effect.
 //!
-//! Users depend on the `idem` crate, which re-exports everything here together with the
+//! Users depend on the `idem-agent` crate, which re-exports everything here together with the
 //! `#[idempotent]` attribute. The rules this crate implements are the ids of the project's
 //! `CONTRACT.md` (K: keys, S: store semantics, D: dispatch, T: test kit), cited in each
 //! item's documentation.

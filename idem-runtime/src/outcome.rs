@@ -53,15 +53,15 @@ pub struct CallRecord {
 /// The error type of an `#[idempotent]` tool: saved and replayed like a value (S4),
 /// except for the two kinds it identifies.
 ///
-/// It must be `Serialize + DeserializeOwned` (it is saved) and `From<idem::Error>` (layer
+/// It must be `Serialize + DeserializeOwned` (it is saved) and `From<idem_agent::Error>` (layer
 /// errors reach the caller through it). [`idem_error`](Self::idem_error) has no default on
-/// purpose: a type that wraps `idem::Error` must hand it back, or a nested call's
+/// purpose: a type that wraps `idem_agent::Error` must hand it back, or a nested call's
 /// `InProgress` would be saved and replayed as the tool's outcome. [`ToolError`] is a
 /// ready-made implementation.
 ///
 /// ```
-/// # extern crate idem_runtime as idem;
-/// use idem::{Error, IdempotentError};
+/// # extern crate idem_runtime as idem_agent;
+/// use idem_agent::{Error, IdempotentError};
 /// use serde::{Deserialize, Serialize};
 ///
 /// #[derive(Debug, Serialize, Deserialize)]
@@ -90,7 +90,7 @@ pub struct CallRecord {
 /// assert!(RefundError::BankTimeout.is_retryable());
 /// ```
 pub trait IdempotentError: Serialize + DeserializeOwned + From<Error> {
-    /// The layer error inside this value, if it came from `From<idem::Error>`: `Some` for
+    /// The layer error inside this value, if it came from `From<idem_agent::Error>`: `Some` for
     /// every value built by that conversion. Such errors are never saved (S4).
     fn idem_error(&self) -> Option<&Error>;
 
@@ -119,8 +119,8 @@ pub trait IdempotentError: Serialize + DeserializeOwned + From<Error> {
 /// A ready-made tool error type.
 ///
 /// ```
-/// # extern crate idem_runtime as idem;
-/// use idem::{IdempotentError, ToolError};
+/// # extern crate idem_runtime as idem_agent;
+/// use idem_agent::{IdempotentError, ToolError};
 /// let declined = ToolError::failed("card declined");
 /// assert!(!declined.is_retryable()); // saved and replayed
 /// let timeout = ToolError::retryable("bank API timed out");
@@ -187,7 +187,7 @@ impl IdempotentError for ToolError {
 /// [`IdempotentError`] `E` (contract C2).
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be saved and replayed by #[idempotent]",
-    label = "an #[idempotent] tool must return `Result<T, E>` where `T: Serialize + DeserializeOwned` and `E: idem::IdempotentError`",
+    label = "an #[idempotent] tool must return `Result<T, E>` where `T: Serialize + DeserializeOwned` and `E: idem_agent::IdempotentError`",
     note = "the first outcome is saved as JSON and given back to every retry, so both `T` and `E` must round-trip through serde"
 )]
 pub trait ToolOutput: Sized {

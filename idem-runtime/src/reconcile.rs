@@ -13,8 +13,8 @@ use std::future::{ready, Future, Ready};
 /// or async.
 ///
 /// ```
-/// # extern crate idem_runtime as idem;
-/// use idem::{AttemptInfo, Reconciled, ToolError};
+/// # extern crate idem_runtime as idem_agent;
+/// use idem_agent::{AttemptInfo, Reconciled, ToolError};
 ///
 /// /// What the payment API says about a refund sent with this idempotency key.
 /// fn check_refund(order: &str, amount_cents: &u64, attempt: &AttemptInfo) -> Reconciled<String, ToolError> {
@@ -46,7 +46,7 @@ pub enum Reconciled<T, E> {
 
 /// What a reconcile function may return: a [`Reconciled`] or a future of one (an `async fn`).
 #[diagnostic::on_unimplemented(
-    message = "a reconcile function must return `idem::Reconciled<T, E>` (or be an `async fn` returning it), not `{Self}`",
+    message = "a reconcile function must return `idem_agent::Reconciled<T, E>` (or be an `async fn` returning it), not `{Self}`",
     label = "the reconcile function's answer",
     note = "`T` and `E` are the tool's `Result<T, E>`: `Reconciled::Done(outcome)` saves and replays `outcome`, `Reconciled::NotDone` runs the body, `Reconciled::Unknown` answers `OutcomeUnknown`"
 )]

@@ -1061,7 +1061,7 @@ fn sqlite_tool_store_outlives_its_first_runtime() {
 // pins S3, S10 (store selection): a tool's Redis store, opened (lazily connected) inside the
 // first runtime, still serves calls once that runtime is gone
 #[test]
-#[ignore = "KNOWN LIMITATION (documented in idem::engine and the README): a Redis store opened from IDEM_STORE or a tool's `store = …` belongs to the first tokio runtime that used it; on a later runtime its first call fails with `broken pipe` (Unavailable, no body runs)"]
+#[ignore = "KNOWN LIMITATION (documented in idem_agent::engine and the README): a Redis store opened from IDEM_STORE or a tool's `store = …` belongs to the first tokio runtime that used it; on a later runtime its first call fails with `broken pipe` (Unavailable, no body runs)"]
 fn redis_tool_store_outlives_its_first_runtime() {
     let (prefix, _cleanup) = redis_backend::fresh_prefix();
     tool_store_outlives_its_first_runtime(format!(
@@ -1660,7 +1660,7 @@ mod locator_fuzz {
 // takes it to check the schema), the executor thread blocks for the 5 s busy timeout, the call
 // then fails, and the next call blocks again.
 #[tokio::test]
-#[ignore = "KNOWN LIMITATION (documented in idem::engine): a tool's `store = \"sqlite:…\"` is opened inline on the first call, on the calling thread; if another connection holds the file's write lock then, that call blocks for up to the busy timeout (5 s) and fails with Unavailable"]
+#[ignore = "KNOWN LIMITATION (documented in idem_agent::engine): a tool's `store = \"sqlite:…\"` is opened inline on the first call, on the calling thread; if another connection holds the file's write lock then, that call blocks for up to the busy timeout (5 s) and fails with Unavailable"]
 async fn opening_a_tool_sqlite_store_never_blocks_the_executor() {
     use idem_runtime::{prepare, CallContext};
     let dir = tempfile::tempdir().unwrap();

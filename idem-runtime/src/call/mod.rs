@@ -123,7 +123,7 @@ impl PreparedCall {
     }
 
     /// Runs `body` at most once for this key and returns its outcome, or replays the saved
-    /// one (S2–S6, L1, U1–U5). Layer errors come back as `E::from(idem::Error)`.
+    /// one (S2–S6, L1, U1–U5). Layer errors come back as `E::from(idem_agent::Error)`.
     ///
     /// A tool with a reconcile function uses [`claim`](Self::claim) instead, to reconcile
     /// between the claim and the body; called here, a claim that needs reconciling runs the

@@ -16,8 +16,8 @@ use crate::engine::Engine;
 /// that slot, and clones of one `CallContext` do.
 ///
 /// ```
-/// # extern crate idem_runtime as idem;
-/// use idem::{AttemptRecord, dispatch::Conversation};
+/// # extern crate idem_runtime as idem_agent;
+/// use idem_agent::{AttemptRecord, dispatch::Conversation};
 /// let conversation = Conversation::new("conv_42").with_scope("tenant", "acme");
 /// let ctx = conversation.call_context("call_1", AttemptRecord::new("send_refund"));
 /// assert_eq!(ctx.conversation_id(), Some("conv_42"));

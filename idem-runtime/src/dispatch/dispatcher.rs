@@ -37,9 +37,9 @@ use crate::key::IdempotencyKey;
 /// that carry each call's key (D2–D5).
 ///
 /// ```
-/// # extern crate idem_runtime as idem;
-/// use idem::dispatch::{parse_turns_str, Conversation, Dispatcher, RetryPolicy, Tool};
-/// use idem::{Engine, ToolError};
+/// # extern crate idem_runtime as idem_agent;
+/// use idem_agent::dispatch::{parse_turns_str, Conversation, Dispatcher, RetryPolicy, Tool};
+/// use idem_agent::{Engine, ToolError};
 /// #[derive(serde::Deserialize)]
 /// struct Args { city: String }
 /// let dispatcher = Dispatcher::builder()

@@ -44,8 +44,8 @@ pub const JSONRPC_INVALID_PARAMS: i64 = -32602;
 /// the model can read it and correct itself.
 ///
 /// ```
-/// # extern crate idem_runtime as idem;
-/// use idem::dispatch::{call_result, parse_turns, ToolFailure, FailureKind};
+/// # extern crate idem_runtime as idem_agent;
+/// use idem_agent::dispatch::{call_result, parse_turns, ToolFailure, FailureKind};
 /// use serde_json::json;
 /// let turns = parse_turns(&json!({"role": "assistant", "content": [
 ///     {"type": "tool_use", "id": "toolu_1", "name": "send_refund", "input": {"order": 7}}]}))?;
@@ -54,7 +54,7 @@ pub const JSONRPC_INVALID_PARAMS: i64 = -32602;
 ///                       "content": "{\"refund_id\":\"re_1\"}", "is_error": false}));
 /// let failed = call_result(&turns[0].calls[0], &Err(ToolFailure::new(FailureKind::Tool, "card declined", false)));
 /// assert_eq!(failed["is_error"], json!(true));
-/// # Ok::<(), idem::dispatch::ParseError>(())
+/// # Ok::<(), idem_agent::dispatch::ParseError>(())
 /// ```
 pub fn call_result(call: &ToolCall, result: &Result<Value, ToolFailure>) -> Value {
     match call.provider {

@@ -51,8 +51,8 @@ pub enum Jitter {
 ///
 /// ```
 /// use std::time::Duration;
-/// # extern crate idem_runtime as idem;
-/// use idem::dispatch::{Jitter, RetryPolicy};
+/// # extern crate idem_runtime as idem_agent;
+/// use idem_agent::dispatch::{Jitter, RetryPolicy};
 /// let policy = RetryPolicy::new()
 ///     .with_max_attempts(4)
 ///     .with_backoff(Duration::from_millis(100), Duration::from_millis(250))

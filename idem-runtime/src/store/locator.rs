@@ -23,12 +23,12 @@
 //! `***`.
 //!
 //! ```
-//! # extern crate idem_runtime as idem;
-//! use idem::store::StoreLocator;
+//! # extern crate idem_runtime as idem_agent;
+//! use idem_agent::store::StoreLocator;
 //! let locator: StoreLocator = "redis://:s3cret@cache:6379/0?idem_prefix=billing:".parse()?;
 //! assert_eq!(locator.backend(), "redis");
 //! assert_eq!(locator.to_string(), "redis://:***@cache:6379/0?idem_prefix=billing:");
-//! # Ok::<(), idem::store::StoreConfigError>(())
+//! # Ok::<(), idem_agent::store::StoreConfigError>(())
 //! ```
 
 use std::fmt;
@@ -110,7 +110,7 @@ pub enum StoreConfigError {
         origin: Option<String>,
     },
     /// The backend's cargo feature is off in this build.
-    #[error("store `{given}`{origin} needs the `{feature}` cargo feature of idem, which is off in this build: enable it with `idem = {{ version = \"0.1\", features = [\"{feature}\"] }}` in Cargo.toml", origin = shown_origin(.origin))]
+    #[error("store `{given}`{origin} needs the `{feature}` cargo feature of the idem-agent package, which is off in this build: enable it with `idem-agent = {{ version = \"0.1\", features = [\"{feature}\"] }}` in Cargo.toml", origin = shown_origin(.origin))]
     FeatureDisabled {
         /// The locator.
         given: String,

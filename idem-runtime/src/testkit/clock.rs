@@ -15,8 +15,8 @@ use crate::clock::{duration_millis, Clock, Sleep, Timestamp};
 ///
 /// ```
 /// use std::time::Duration;
-/// # extern crate idem_runtime as idem;
-/// use idem::{Clock, Timestamp, testkit::ManualClock};
+/// # extern crate idem_runtime as idem_agent;
+/// use idem_agent::{Clock, Timestamp, testkit::ManualClock};
 /// let clock = ManualClock::starting_at(Timestamp::from_millis(1_000));
 /// clock.advance(Duration::from_millis(250));
 /// assert_eq!(clock.now(), Timestamp::from_millis(1_250));

@@ -21,8 +21,8 @@ pub struct Effect {
 /// or in a fake downstream API); assert on [`len`](EffectLog::len) and the keys.
 ///
 /// ```
-/// # extern crate idem_runtime as idem;
-/// use idem::testkit::EffectLog;
+/// # extern crate idem_runtime as idem_agent;
+/// use idem_agent::testkit::EffectLog;
 /// let log = EffectLog::new();
 /// log.record("send_refund", "order 7");
 /// assert_eq!(log.len(), 1);

@@ -16,8 +16,8 @@ use crate::dispatch::{parse_turns, parse_turns_str, ParseError, Turn, TurnOutcom
 /// of turns, a Gemini `contents` history. Clones share the script and the record.
 ///
 /// ```
-/// # extern crate idem_runtime as idem;
-/// use idem::testkit::ScriptedModel;
+/// # extern crate idem_runtime as idem_agent;
+/// use idem_agent::testkit::ScriptedModel;
 /// let model = ScriptedModel::from_json(r#"[
 ///     {"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"refund","input":{"order":7}}]},
 ///     {"role":"assistant","content":"Refunded."}
@@ -27,7 +27,7 @@ use crate::dispatch::{parse_turns, parse_turns_str, ParseError, Turn, TurnOutcom
 /// assert_eq!(first.calls[0].name, "refund");
 /// assert!(model.next_turn().unwrap().calls.is_empty());
 /// assert!(model.next_turn().is_none());
-/// # Ok::<(), idem::dispatch::ParseError>(())
+/// # Ok::<(), idem_agent::dispatch::ParseError>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct ScriptedModel {

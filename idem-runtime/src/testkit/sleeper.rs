@@ -13,9 +13,9 @@ use crate::dispatch::Sleeper;
 ///
 /// ```
 /// use std::time::Duration;
-/// # extern crate idem_runtime as idem;
-/// use idem::dispatch::{Jitter, RetryPolicy, Sleeper};
-/// use idem::testkit::RecordingSleeper;
+/// # extern crate idem_runtime as idem_agent;
+/// use idem_agent::dispatch::{Jitter, RetryPolicy, Sleeper};
+/// use idem_agent::testkit::RecordingSleeper;
 /// let sleeper = RecordingSleeper::new();
 /// let policy = RetryPolicy::new().with_sleeper(sleeper.clone()).with_jitter(Jitter::None);
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {

@@ -101,10 +101,10 @@ impl InvocationLog {
 /// Clones share the log, so keep a clone to inspect after giving one to the dispatcher.
 ///
 /// ```
-/// # extern crate idem_runtime as idem;
-/// use idem::dispatch::{parse_turns_str, Conversation, Dispatcher, RetryPolicy, Tool};
-/// use idem::testkit::{FailOn, LosingTransport};
-/// use idem::{prepare, Engine, ToolError, ToolSpec};
+/// # extern crate idem_runtime as idem_agent;
+/// use idem_agent::dispatch::{parse_turns_str, Conversation, Dispatcher, RetryPolicy, Tool};
+/// use idem_agent::testkit::{FailOn, LosingTransport};
+/// use idem_agent::{prepare, Engine, ToolError, ToolSpec};
 ///
 /// static SPEC: ToolSpec = ToolSpec::new("charge");
 /// #[derive(serde::Deserialize)]

@@ -2,7 +2,7 @@
 // like a free fn, so its dispatch companion struct lands in the impl block, which rustc
 // rejects at the attribute; `dispatch = false` there is the fix (documented on the
 // attribute). The method itself is still emitted: its caller gets no error.
-use idem::{idempotent, ToolError};
+use idem_agent::{idempotent, ToolError};
 
 pub struct Bank;
 

@@ -1,6 +1,6 @@
 // pins L1, C3: a heartbeat that is not a whole-millisecond duration string is an error at
 // the literal; callers see no further error.
-use idem::{idempotent, ToolError};
+use idem_agent::{idempotent, ToolError};
 
 #[idempotent(heartbeat = "every 20 seconds")]
 pub fn refund(order: String) -> Result<String, ToolError> {

@@ -1,6 +1,6 @@
 // pins U4, C3: `on_cancel` is "hold" or "release"; anything else is an error at the value
 // that lists both.
-use idem::{idempotent, ToolError};
+use idem_agent::{idempotent, ToolError};
 
 #[idempotent(on_cancel = "retry")]
 pub fn refund(order: String) -> Result<String, ToolError> {

@@ -1,5 +1,5 @@
 // pins K7, C3: scope names are checked at the literal.
-use idem::{idempotent, ToolError};
+use idem_agent::{idempotent, ToolError};
 
 #[idempotent(scope = "Conversation")]
 pub fn refund(order: String) -> Result<String, ToolError> {

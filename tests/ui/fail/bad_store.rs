@@ -1,5 +1,5 @@
 // pins C3: `store = …` must name a known backend; the error is at the literal.
-use idem::{idempotent, ToolError};
+use idem_agent::{idempotent, ToolError};
 
 #[idempotent(store = "mysql://db/agents")]
 async fn send_refund(order: u64) -> Result<u64, ToolError> {

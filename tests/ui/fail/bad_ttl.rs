@@ -1,5 +1,5 @@
 // pins S8, C3: a bad duration is an error at the literal; callers see no further error.
-use idem::{idempotent, ToolError};
+use idem_agent::{idempotent, ToolError};
 
 #[idempotent(ttl = "one day")]
 pub fn refund(order: String) -> Result<String, ToolError> {

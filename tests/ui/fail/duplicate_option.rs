@@ -1,5 +1,5 @@
 // pins C3: an option given twice is an error at the second one.
-use idem::{idempotent, ToolError};
+use idem_agent::{idempotent, ToolError};
 
 #[idempotent(scope = "global", ttl = "1h", scope = "call")]
 pub fn refund(order: String) -> Result<String, ToolError> {

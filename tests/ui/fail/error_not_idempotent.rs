@@ -1,5 +1,5 @@
-// pins C2: an error type that is not `idem::IdempotentError`.
-use idem::idempotent;
+// pins C2: an error type that is not `idem_agent::IdempotentError`.
+use idem_agent::idempotent;
 
 #[idempotent]
 pub fn refund(order: String) -> Result<String, String> {

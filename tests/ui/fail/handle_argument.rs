@@ -1,6 +1,6 @@
 // pins K8, C1: a skipped handle argument is out of the key, but the dispatch companion
 // still reads every argument from JSON: the error says to write `dispatch = false`.
-use idem::{idempotent, ToolError};
+use idem_agent::{idempotent, ToolError};
 
 pub struct Db;
 

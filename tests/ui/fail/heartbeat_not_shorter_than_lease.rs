@@ -1,6 +1,6 @@
 // pins L1, C3: a heartbeat as long as the lease or longer (the lease written, else the
 // 60 s default) is an error at the heartbeat: the lease would lapse between two renewals.
-use idem::{idempotent, ToolError};
+use idem_agent::{idempotent, ToolError};
 
 #[idempotent(heartbeat = "60s")]
 pub fn refund(order: String) -> Result<String, ToolError> {

@@ -1,6 +1,6 @@
 // pins K8, C3: `key` naming an argument that does not exist, the receiver, or a skipped
 // argument, is an error at that name.
-use idem::{idempotent, ToolError};
+use idem_agent::{idempotent, ToolError};
 
 #[idempotent(key(order_id))]
 pub fn refund(order: String, amount: u64) -> Result<String, ToolError> {

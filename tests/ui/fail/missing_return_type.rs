@@ -1,5 +1,5 @@
 // pins C2, C3: a tool without a return type is an error at its name; the fn still exists.
-use idem::idempotent;
+use idem_agent::idempotent;
 
 #[idempotent]
 pub fn notify(user: String) {

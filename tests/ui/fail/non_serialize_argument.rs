@@ -1,6 +1,6 @@
 // pins C1: an argument that is not `Serialize` is an error at its type, naming the
 // argument and suggesting `skip(…)`.
-use idem::{idempotent, ToolError};
+use idem_agent::{idempotent, ToolError};
 
 pub struct Card {
     pub number: String,

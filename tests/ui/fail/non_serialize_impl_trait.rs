@@ -1,5 +1,5 @@
 // pins C1: an `impl Trait` argument whose type is not `Serialize`.
-use idem::{idempotent, ToolError};
+use idem_agent::{idempotent, ToolError};
 
 #[idempotent]
 pub fn greet(who: impl std::fmt::Display) -> Result<String, ToolError> {

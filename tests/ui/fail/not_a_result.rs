@@ -1,5 +1,5 @@
 // pins C2: a return type that is not a `Result`.
-use idem::idempotent;
+use idem_agent::idempotent;
 
 #[idempotent]
 pub fn roll(sides: u32) -> u32 {

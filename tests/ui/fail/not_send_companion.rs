@@ -2,7 +2,7 @@
 // needs `Send` (dispatchers run calls concurrently): the error says why.
 use std::rc::Rc;
 
-use idem::{idempotent, ToolError};
+use idem_agent::{idempotent, ToolError};
 
 #[idempotent]
 pub async fn refund(order: String) -> Result<usize, ToolError> {

@@ -1,6 +1,6 @@
 // pins U3, C3: `reconcile` takes the path of a fn: a string, a call or another expression
 // is an error at it.
-use idem::{idempotent, AttemptInfo, Reconciled, ToolError};
+use idem_agent::{idempotent, AttemptInfo, Reconciled, ToolError};
 
 pub fn check_refund(order: &String, attempt: &AttemptInfo) -> Reconciled<String, ToolError> {
     let _ = (order, attempt);

@@ -1,7 +1,7 @@
 // pins U3, C3: a reconcile fn that returns something else than `Reconciled<T, E>` (or a
 // future of one) is an error at the reconcile path saying what it should return; one that
 // takes other parameters is an error at the path too.
-use idem::{idempotent, AttemptInfo, ToolError};
+use idem_agent::{idempotent, AttemptInfo, ToolError};
 
 pub fn check_refund(order: &str, attempt: &AttemptInfo) -> Result<String, ToolError> {
     let _ = attempt;
@@ -23,9 +23,9 @@ pub async fn refund_later(order: &str) -> Result<String, ToolError> {
     Ok(order.to_owned())
 }
 
-pub fn check_amount(amount: u64, attempt: &AttemptInfo) -> idem::Reconciled<u64, ToolError> {
+pub fn check_amount(amount: u64, attempt: &AttemptInfo) -> idem_agent::Reconciled<u64, ToolError> {
     let _ = (amount, attempt);
-    idem::Reconciled::NotDone
+    idem_agent::Reconciled::NotDone
 }
 
 #[idempotent(reconcile = check_amount)]

@@ -1,5 +1,5 @@
 // pins K8, C3: `skip` naming an argument that does not exist is an error at that name.
-use idem::{idempotent, ToolError};
+use idem_agent::{idempotent, ToolError};
 
 #[idempotent(skip(ammount))]
 pub fn refund(order: String, amount: u64) -> Result<String, ToolError> {

@@ -1,5 +1,5 @@
 // pins C3: an unknown option is an error at its name, with a suggestion.
-use idem::{idempotent, ToolError};
+use idem_agent::{idempotent, ToolError};
 
 #[idempotent(tll = "1h")]
 pub fn refund(order: String) -> Result<String, ToolError> {

@@ -1,5 +1,5 @@
 // pins C2: a success type that cannot be saved and replayed, in a sync and an async tool.
-use idem::{idempotent, ToolError};
+use idem_agent::{idempotent, ToolError};
 
 pub struct Receipt {
     pub id: String,

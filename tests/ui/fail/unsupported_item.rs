@@ -1,5 +1,5 @@
 // pins C3: the attribute on something that is not a supported fn.
-use idem::{idempotent, ToolError};
+use idem_agent::{idempotent, ToolError};
 
 #[idempotent]
 pub struct Refund {

@@ -1,5 +1,5 @@
 // pins L1, C3: a zero heartbeat is an error at the literal.
-use idem::{idempotent, ToolError};
+use idem_agent::{idempotent, ToolError};
 
 #[idempotent(heartbeat = "0s")]
 pub fn refund(order: String) -> Result<String, ToolError> {

@@ -2,7 +2,7 @@
 // reference arguments; the companion reads them as owned values.
 #![deny(warnings)]
 
-use idem::{idempotent, ToolError};
+use idem_agent::{idempotent, ToolError};
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize)]

@@ -3,8 +3,8 @@
 #![deny(warnings, missing_docs)]
 //! A crate with documented public tools.
 
-use idem::dispatch::Tool;
-use idem::{idempotent, ToolError};
+use idem_agent::dispatch::Tool;
+use idem_agent::{idempotent, ToolError};
 
 /// Sends a refund.
 #[idempotent]
@@ -30,7 +30,7 @@ pub fn with_handle(db: &std::sync::Mutex<u32>, order: String) -> Result<String, 
 pub struct Receipt;
 
 mod tools {
-    use idem::{idempotent, ToolError};
+    use idem_agent::{idempotent, ToolError};
 
     #[idempotent]
     pub(crate) fn private_tool(order: String) -> Result<String, ToolError> {

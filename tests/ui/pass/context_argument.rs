@@ -2,7 +2,7 @@
 // part of the key; the key is available in the body.
 #![deny(warnings)]
 
-use idem::{idempotent, CallContext, ToolError};
+use idem_agent::{idempotent, CallContext, ToolError};
 
 #[idempotent]
 pub fn refund(ctx: &CallContext, order: String) -> Result<String, ToolError> {
@@ -10,8 +10,8 @@ pub fn refund(ctx: &CallContext, order: String) -> Result<String, ToolError> {
 }
 
 #[idempotent(scope = "call")]
-pub async fn roll<'c>(sides: u32, context: &'c idem::CallContext) -> Result<u32, ToolError> {
-    let _ = (context, idem::current_key());
+pub async fn roll<'c>(sides: u32, context: &'c idem_agent::CallContext) -> Result<u32, ToolError> {
+    let _ = (context, idem_agent::current_key());
     Ok(sides)
 }
 

@@ -4,7 +4,7 @@
 
 use std::fmt::Debug;
 
-use idem::{idempotent, ToolError};
+use idem_agent::{idempotent, ToolError};
 use serde::Serialize;
 
 #[idempotent]

@@ -3,7 +3,7 @@
 //! have mixed-site hygiene, so they neither see nor shadow the user's names.
 #![deny(warnings)]
 
-use idem::{idempotent, CallContext, ToolError};
+use idem_agent::{idempotent, CallContext, ToolError};
 
 #[idempotent(scope = "global", dispatch = false)]
 pub fn h_idem_args(__idem_args: u32) -> Result<u32, ToolError> {

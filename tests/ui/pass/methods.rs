@@ -1,7 +1,7 @@
 // pins C4: methods on `&self`, `&mut self` and `self`; the receiver is never in the key.
 #![deny(warnings)]
 
-use idem::{idempotent, ToolError};
+use idem_agent::{idempotent, ToolError};
 use serde::{Deserialize, Serialize};
 
 pub struct Bank {

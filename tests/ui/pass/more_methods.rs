@@ -5,7 +5,7 @@
 
 use std::rc::Rc;
 
-use idem::{idempotent, ToolError};
+use idem_agent::{idempotent, ToolError};
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize)]

@@ -3,7 +3,7 @@
 // unnecessary).
 #![deny(warnings)]
 
-use idem::{idempotent, CallContext, ToolError};
+use idem_agent::{idempotent, CallContext, ToolError};
 
 #[idempotent(scope = "global")]
 pub async fn one_line(id: u32) -> Result<String, ToolError> { Ok(format!("{id}")) }

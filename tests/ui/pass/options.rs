@@ -1,7 +1,7 @@
 // pins K6, K7, K8, S8: every scope, `name`, durations, `key(…)` and `skip(…)`.
 #![deny(warnings)]
 
-use idem::{idempotent, ToolError};
+use idem_agent::{idempotent, ToolError};
 
 #[idempotent(scope = "conversation", ttl = "7d", lease = "30s", wait = "250ms")]
 pub fn in_conversation(order: String) -> Result<String, ToolError> {

@@ -5,7 +5,7 @@
 // `Send` when the body's and the reconcile fn's are.
 #![deny(warnings)]
 
-use idem::{idempotent, AttemptInfo, CallContext, Reconciled, ToolError};
+use idem_agent::{idempotent, AttemptInfo, CallContext, Reconciled, ToolError};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -69,10 +69,10 @@ pub fn charge(
 mod bank {
     pub fn check(
         order: &str,
-        attempt: &idem::AttemptInfo,
-    ) -> idem::Reconciled<u32, idem::ToolError> {
+        attempt: &idem_agent::AttemptInfo,
+    ) -> idem_agent::Reconciled<u32, idem_agent::ToolError> {
         let _ = (order, attempt);
-        idem::Reconciled::NotDone
+        idem_agent::Reconciled::NotDone
     }
 }
 

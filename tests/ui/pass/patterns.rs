@@ -1,7 +1,7 @@
 // pins C4, K8: pattern arguments are keyed as `arg<index>` and destructured in the body.
 #![deny(warnings)]
 
-use idem::{idempotent, ToolError};
+use idem_agent::{idempotent, ToolError};
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize)]

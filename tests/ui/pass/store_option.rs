@@ -1,6 +1,6 @@
 // pins C3/C4 with `store = …`: a tool with its own store locator compiles (memory is a
 // default feature), alongside the other options.
-use idem::{idempotent, ToolError};
+use idem_agent::{idempotent, ToolError};
 
 #[idempotent(store = "memory", scope = "global", ttl = "1h")]
 async fn send_refund(order: u64) -> Result<u64, ToolError> {

@@ -2,7 +2,7 @@
 // `?` in the body still work.
 #![deny(warnings)]
 
-use idem::{idempotent, CallContext, ToolError};
+use idem_agent::{idempotent, CallContext, ToolError};
 
 fn check(amount: u64) -> Result<u64, ToolError> {
     if amount > 1_000 {

@@ -18,15 +18,15 @@
 //! panics.
 //!
 //! ```
-//! # extern crate idem_runtime as idem;
-//! use idem::dispatch::{parse_turns_str, Provider};
+//! # extern crate idem_runtime as idem_agent;
+//! use idem_agent::dispatch::{parse_turns_str, Provider};
 //! let turns = parse_turns_str(r#"{"role":"assistant","content":null,"tool_calls":[
 //!     {"id":"call_1","type":"function",
 //!      "function":{"name":"send_refund","arguments":"{\"order\": 7, \"cents\": 1250}"}}]}"#)?;
 //! let call = &turns[0].calls[0];
 //! assert_eq!((call.provider, call.id.as_str(), call.name.as_str()), (Provider::OpenAiChat, "call_1", "send_refund"));
 //! assert_eq!(call.arguments, Ok(serde_json::json!({"cents": 1250, "order": 7})));
-//! # Ok::<(), idem::dispatch::ParseError>(())
+//! # Ok::<(), idem_agent::dispatch::ParseError>(())
 //! ```
 
 mod anthropic;

@@ -213,12 +213,12 @@ const BACKEND: &str = "postgres";
 /// Cheap to clone: clones share one connection pool.
 ///
 /// ```no_run
-/// # extern crate idem_runtime as idem;
-/// use idem::{Engine, PostgresStore, SystemClock};
+/// # extern crate idem_runtime as idem_agent;
+/// use idem_agent::{Engine, PostgresStore, SystemClock};
 /// let store = PostgresStore::connect("postgres://agent:secret@db.internal/agents")?;
 /// let engine = Engine::new(store, SystemClock);
 /// assert_eq!(engine.store().backend(), "postgres");
-/// # Ok::<(), idem::PostgresConnectError>(())
+/// # Ok::<(), idem_agent::PostgresConnectError>(())
 /// ```
 #[derive(Clone)]
 pub struct PostgresStore {

@@ -162,9 +162,9 @@ const BACKEND: &str = "redis";
 /// Cheap to clone: clones share one multiplexed connection.
 ///
 /// ```no_run
-/// # extern crate idem_runtime as idem;
-/// # async fn demo() -> Result<(), idem::RedisConnectError> {
-/// use idem::{Engine, RedisStore, SystemClock};
+/// # extern crate idem_runtime as idem_agent;
+/// # async fn demo() -> Result<(), idem_agent::RedisConnectError> {
+/// use idem_agent::{Engine, RedisStore, SystemClock};
 /// let store = RedisStore::connect("redis://127.0.0.1:6379").await?.with_prefix("billing:");
 /// let engine = Engine::new(store, SystemClock);
 /// assert_eq!(engine.store().backend(), "redis");

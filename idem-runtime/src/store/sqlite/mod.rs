@@ -144,13 +144,13 @@ const BACKEND: &str = "sqlite";
 /// Cheap to clone: clones share one connection.
 ///
 /// ```
-/// # extern crate idem_runtime as idem;
-/// use idem::{Engine, SqliteStore, SystemClock};
+/// # extern crate idem_runtime as idem_agent;
+/// use idem_agent::{Engine, SqliteStore, SystemClock};
 /// // `SqliteStore::open("agent.sqlite3")` for a file that survives restarts.
 /// let store = SqliteStore::open_in_memory()?;
 /// let engine = Engine::new(store, SystemClock);
 /// assert_eq!(engine.store().backend(), "sqlite");
-/// # Ok::<(), idem::SqliteOpenError>(())
+/// # Ok::<(), idem_agent::SqliteOpenError>(())
 /// ```
 #[derive(Clone)]
 pub struct SqliteStore {
