@@ -166,7 +166,7 @@ fn output(result: &ToolResult) -> Value {
         .unwrap_or_else(|| panic!("a JSON output, got {result:?}"))
 }
 
-// pins R1: a ToolCall dispatched twice in one conversation runs the tool once; the retry
+// pins R1, R6: a ToolCall dispatched twice in one conversation runs the tool once; the retry
 // gets the same output, and the published outcome says executed, then replayed (S12)
 #[tokio::test]
 async fn same_call_twice_in_one_conversation_runs_once() {
@@ -331,7 +331,7 @@ async fn no_conversation_is_missing_scope() {
     assert_eq!(tool.runs(), 0);
 }
 
-// pins R3: the CallContext in force while rig polls the tool is the host's context
+// pins R3, R6: the CallContext in force while rig polls the tool is the host's context
 // (`ctx.run(agent.prompt(…))`); the host sees what the call did on it (S12)
 #[tokio::test]
 async fn the_context_in_force_is_the_host_context() {
@@ -441,7 +441,7 @@ async fn bad_settings_are_config_errors() {
     assert_eq!(tool.runs(), 0);
 }
 
-// pins R1: called directly through rig's typed `Tool` trait, a replay returns the typed
+// pins R1, R6: called directly through rig's typed `Tool` trait, a replay returns the typed
 // value the first call returned
 #[tokio::test]
 async fn typed_call_replays_the_typed_output() {

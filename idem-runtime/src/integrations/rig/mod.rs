@@ -61,6 +61,9 @@
 //!
 //! and a [`Conversation`] value in rig's `ToolContext`
 //! (`context.insert(Conversation::new("conv_42"))`) sets the conversation over any of them.
+//! The call runs under a copy holding that context's engine, conversation, tool-call id and
+//! the value of the wrapper's named scope, with an outcome slot of its own; an idem
+//! dispatcher's attempt record (K9) is not carried into a rig tool.
 //! A call of a conversation-scoped tool with no conversation from any of these fails with
 //! [`Error::MissingScope`](crate::Error::MissingScope), as the tool's error
 //! ([`IdempotentToolError::Idem`]; rig's code `idem.missing_scope`): the tool does not run,
