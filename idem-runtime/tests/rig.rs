@@ -516,3 +516,42 @@ async fn arguments_without_canonical_json_do_not_run() {
     );
     assert_eq!(runs.load(Ordering::SeqCst), 0);
 }
+
+// pins R1, S2: the same call twice in one assistant turn, run concurrently (rig-agent polls a
+// turn's calls together): one execution, both callers get its output
+#[tokio::test]
+async fn concurrent_duplicates_run_once() {
+    #[derive(Clone, Default)]
+    struct Slow(Arc<AtomicUsize>);
+    impl Tool for Slow {
+        const NAME: &'static str = "send_refund";
+        type Args = RefundArgs;
+        type Output = String;
+        type Error = ToolError;
+        fn description(&self) -> String {
+            "Refunds an order, slowly".into()
+        }
+        fn parameters(&self) -> Value {
+            SendRefund::default().parameters()
+        }
+        async fn call(&self, _: &mut ToolContext, args: RefundArgs) -> Result<String, ToolError> {
+            let run = self.0.fetch_add(1, Ordering::SeqCst) + 1;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Ok(format!("refund #{run} of {}", args.order_id))
+        }
+    }
+    let tool = Slow::default();
+    let engine = CallContext::new().with_engine(Engine::in_memory());
+    let mut context = ToolContext::new().with_scope(Arc::new(engine));
+    context.insert(Conversation::new("conv_par")).unwrap();
+    let handler = ErasedHandler::new(ToolAdapter::new(Idempotent::new(tool.clone())));
+    let a = tool_call("call_a", json!({"order_id": "ord_7", "amount_cents": 500}));
+    let b = tool_call("call_b", json!({"order_id": "ord_7", "amount_cents": 500}));
+    let ((first, _), (second, _)) = tokio::join!(
+        dispatch(&handler, &a, &context),
+        dispatch(&handler, &b, &context)
+    );
+    assert_eq!(tool.0.load(Ordering::SeqCst), 1);
+    assert_eq!(first.output().as_text(), Some("refund #1 of ord_7"));
+    assert_eq!(second.output().as_text(), first.output().as_text());
+}
