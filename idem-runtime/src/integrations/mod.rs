@@ -1,0 +1,2 @@
+#[cfg(feature = "rig")]
+pub mod rig;
