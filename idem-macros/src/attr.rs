@@ -525,7 +525,7 @@ fn parse_scope(lit: &LitStr) -> syn::Result<ScopeKind> {
 
 /// A tool name as the providers accept it (OpenAI, Anthropic, Gemini, MCP): 1 to 64
 /// ASCII letters, digits, `_`, `-` and `.`.
-fn parse_tool_name(lit: &LitStr) -> syn::Result<String> {
+pub(crate) fn parse_tool_name(lit: &LitStr) -> syn::Result<String> {
     let text = lit.value();
     let valid = !text.is_empty()
         && text.len() <= 64

@@ -70,6 +70,7 @@ use syn::{Item, ItemFn, TraitItemFn, Type};
 use crate::attr::{self, Errors, OnCancel, Options, ScopeKind};
 use crate::companion;
 use crate::facade;
+use crate::rmcp;
 use crate::item::{self, Param, Role, ToolFn};
 
 /// The whole expansion: the rewritten fn and its companion, or, on any error, the errors
@@ -82,7 +83,16 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> TokenStream {
         errors.push(error);
     }
     let item_fn = match syn::parse2::<Item>(input.clone()) {
-        Ok(Item::Fn(item_fn)) => item_fn,
+        Ok(Item::Fn(item_fn)) if rmcp::is_tool(&item_fn) => {
+            return rmcp::expand(&options, errors, item_fn);
+        }
+        Ok(Item::Fn(item_fn)) => {
+            if let Some(error) = rmcp::wrong_order(&item_fn) {
+                errors.push(error);
+                return with_errors(errors, input, TokenStream::new());
+            }
+            item_fn
+        }
         Ok(other) => {
             errors.push(item::unsupported_item(&other));
             return with_errors(errors, input, TokenStream::new());
@@ -183,7 +193,19 @@ fn duration(
     }
 }
 
-fn spec(options: &Options, tool_name: &str) -> TokenStream {
+/// `static __IDEM_SPEC: ToolSpec = …;`, after the check that the store option's backend
+/// is compiled in.
+pub(crate) fn spec(options: &Options, tool_name: &str) -> TokenStream {
+    let idem = &options.facade;
+    let (literal, store_check) = spec_literal(options, tool_name);
+    quote! {
+        #store_check
+        static __IDEM_SPEC: #idem::ToolSpec = #literal;
+    }
+}
+
+/// The `ToolSpec { … }` expression of the options, and the store check to emit with it.
+pub(crate) fn spec_literal(options: &Options, tool_name: &str) -> (TokenStream, TokenStream) {
     let idem = &options.facade;
     let scope = match options.scope.as_ref().map(|s| &s.value) {
         None | Some(ScopeKind::Conversation) => quote!(#idem::Scope::Conversation),
@@ -223,9 +245,8 @@ fn spec(options: &Options, tool_name: &str) -> TokenStream {
         }
         None => (quote!(::core::option::Option::None), TokenStream::new()),
     };
-    quote! {
-        #store_check
-        static __IDEM_SPEC: #idem::ToolSpec = #idem::ToolSpec {
+    let literal = quote! {
+        #idem::ToolSpec {
             name: #tool_name,
             scope: #scope,
             ttl: #ttl,
@@ -235,8 +256,9 @@ fn spec(options: &Options, tool_name: &str) -> TokenStream {
             on_cancel: #on_cancel,
             reconcile: #reconcile,
             store: #store,
-        };
-    }
+        }
+    };
+    (literal, store_check)
 }
 
 /// C1: adds one key or fingerprint argument through a trait defined on the spot, whose

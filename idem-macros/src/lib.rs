@@ -13,6 +13,7 @@ mod companion;
 mod expand;
 mod facade;
 mod item;
+mod rmcp;
 
 use proc_macro::TokenStream;
 

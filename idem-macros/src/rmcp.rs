@@ -1,0 +1,248 @@
+//! Code generation for a method of an rmcp MCP server: `#[idempotent]` written above rmcp's
+//! `#[tool]` (contract M-rules, `idem_agent::rmcp`).
+//!
+//! rmcp's `#[tool_router]` finds the methods marked `#[tool]`, and `#[tool]` then turns each
+//! into a route whose parameters are extractors (`Parameters<T>`, `RequestContext`, …) and
+//! whose return value is anything rmcp can turn into a tool result. Written above `#[tool]`,
+//! `#[idempotent]` sees the method first and rewrites it, in outline, for
+//!
+//! ```text
+//! #[idempotent(ttl = "24h")]
+//! #[tool(description = "Refund an order")]
+//! async fn send_refund(&self, Parameters(args): Parameters<Refund>) -> Result<String, String> { BODY }
+//! ```
+//!
+//! into
+//!
+//! ```text
+//! #[tool(description = "Refund an order", meta = ::idem_agent::rmcp::tool_meta(None, &ToolSpec { … }))]
+//! async fn send_refund(&self, __idem_mcp: ::idem_agent::rmcp::McpCall, Parameters(args): Parameters<Refund>)
+//!     -> ::idem_agent::rmcp::ToolResult
+//! {
+//!     static __IDEM_SPEC: ::idem_agent::ToolSpec = ::idem_agent::ToolSpec { name: "send_refund", … };
+//!     ::idem_agent::rmcp::McpCall::run::<Result<String, String>, _>(
+//!         __idem_mcp, &__IDEM_SPEC, ArgumentSelection { key: None, skip: &[] }, async move BODY,
+//!     ).await
+//! }
+//! ```
+//!
+//! The added extractor reads the call's name, arguments and `_meta` before rmcp's
+//! `Parameters<T>` takes the arguments; the key is over the arguments' JSON members, so
+//! `key(…)` and `skip(…)` name members, not parameters. The body's value is whatever it was
+//! (a `String`, a `Result`, a `CallToolResult`, …): rmcp's `IntoCallToolResult` turns it into
+//! the result idem saves and replays. A sync method becomes async. The `meta` added to
+//! `#[tool]` marks the tool as handled by its own attribute, for `IdempotentServer`.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{quote, ToTokens};
+use syn::ext::IdentExt;
+use syn::punctuated::Punctuated;
+use syn::spanned::Spanned;
+use syn::{Attribute, Expr, ItemFn, Meta, ReturnType, Token};
+
+use crate::attr::{self, Errors, Options};
+use crate::expand;
+
+/// Whether the fn is an rmcp tool: it carries an attribute whose path ends in `tool`, the
+/// test rmcp's own `#[tool_router]` applies.
+pub(crate) fn is_tool(item: &ItemFn) -> bool {
+    item.attrs.iter().any(is_tool_attribute)
+}
+
+fn is_tool_attribute(attr: &Attribute) -> bool {
+    attr.path()
+        .segments
+        .last()
+        .is_some_and(|segment| segment.ident == "tool")
+}
+
+/// The rewritten method, or, on an error, the errors and the method unchanged (C3).
+pub(crate) fn expand(options: &Options, mut errors: Errors, item: ItemFn) -> TokenStream {
+    if let Some(path) = &options.reconcile {
+        errors.push(syn::Error::new_spanned(
+            path,
+            "`reconcile` is not supported on an rmcp #[tool] method yet: check the earlier run's effect in the body with `idem_agent::current_attempt()` instead",
+        ));
+    }
+    if let Some(dispatch) = &options.dispatch {
+        errors.at(
+            dispatch.span,
+            "`dispatch` does not apply to an rmcp #[tool] method: rmcp's router dispatches it",
+        );
+    }
+    let tool_name = match tool_name(&item, options) {
+        Ok(name) => name,
+        Err(error) => {
+            errors.push(error);
+            String::new()
+        }
+    };
+    if let Some(error) = errors.finish() {
+        let mut output = error.to_compile_error();
+        output.extend(item.to_token_stream());
+        return output;
+    }
+    rewrite(options, item, &tool_name)
+}
+
+/// K6: `name = "…"`, else the name rmcp gives the tool (`#[tool(name = "…")]`), else the
+/// fn's name: the name the client calls is the name in the key.
+fn tool_name(item: &ItemFn, options: &Options) -> syn::Result<String> {
+    if let Some(name) = &options.name {
+        return Ok(name.value.clone());
+    }
+    for attr in item.attrs.iter().filter(|a| is_tool_attribute(a)) {
+        for meta in tool_arguments(attr).into_iter().flatten() {
+            if let Meta::NameValue(pair) = meta {
+                if pair.path.is_ident("name") {
+                    if let Expr::Lit(syn::ExprLit {
+                        lit: syn::Lit::Str(lit),
+                        ..
+                    }) = &pair.value
+                    {
+                        return attr::parse_tool_name(lit).map_err(|error| {
+                            syn::Error::new(
+                                lit.span(),
+                                format!("{error}; give idem a valid name with #[idempotent(name = \"…\")]"),
+                            )
+                        });
+                    }
+                }
+            }
+        }
+    }
+    Ok(item.sig.ident.unraw().to_string())
+}
+
+/// The arguments of a `#[tool(…)]` attribute as rmcp parses them (`name = value` pairs,
+/// nested lists, flags); `None` when they are not of that form (rmcp reports it).
+fn tool_arguments(attr: &Attribute) -> Option<Punctuated<Meta, Token![,]>> {
+    match &attr.meta {
+        Meta::Path(_) => Some(Punctuated::new()),
+        Meta::List(list) => list
+            .parse_args_with(Punctuated::<Meta, Token![,]>::parse_terminated)
+            .ok(),
+        Meta::NameValue(_) => None,
+    }
+}
+
+fn rewrite(options: &Options, item: ItemFn, tool_name: &str) -> TokenStream {
+    let idem = &options.facade;
+    let ItemFn {
+        attrs,
+        vis,
+        mut sig,
+        block,
+    } = item;
+    let spec = expand::spec(options, tool_name);
+    let (literal, _) = expand::spec_literal(options, tool_name);
+    let attrs: Vec<Attribute> = attrs
+        .into_iter()
+        .map(|attr| {
+            if is_tool_attribute(&attr) {
+                with_idem_meta(attr, idem, &literal)
+            } else {
+                attr
+            }
+        })
+        .collect();
+
+    let output = match &sig.output {
+        ReturnType::Default => quote!(()),
+        ReturnType::Type(_, ty) => ty.to_token_stream(),
+    };
+    let call = syn::Ident::new("__idem_mcp", Span::mixed_site());
+    let position = usize::from(sig.receiver().is_some());
+    sig.inputs.insert(
+        position,
+        syn::parse_quote!(#call: #idem::rmcp::McpCall),
+    );
+    sig.asyncness = Some(Token![async](sig.fn_token.span()));
+    sig.output = syn::parse_quote!(-> #idem::rmcp::ToolResult);
+
+    let names = |list: &Option<attr::ArgList>| -> Vec<String> {
+        list.iter()
+            .flat_map(|l| l.names.iter().map(|n| n.unraw().to_string()))
+            .collect()
+    };
+    let key = match &options.key {
+        Some(_) => {
+            let key = names(&options.key);
+            quote!(::core::option::Option::Some(&[#(#key),*]))
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    let skip = names(&options.skip);
+    quote! {
+        #(#attrs)*
+        #vis #sig {
+            #spec
+            #idem::rmcp::McpCall::run::<#output, _>(
+                #call,
+                &__IDEM_SPEC,
+                #idem::rmcp::ArgumentSelection { key: #key, skip: &[#(#skip),*] },
+                async move #block,
+            )
+            .await
+        }
+    }
+}
+
+/// `#[tool(…, meta = idem_agent::rmcp::tool_meta(…))]`: the user's own `meta` (if any),
+/// with idem's marker added.
+fn with_idem_meta(attr: Attribute, idem: &TokenStream, spec: &TokenStream) -> Attribute {
+    let Some(mut arguments) = tool_arguments(&attr) else {
+        return attr;
+    };
+    let mut found = false;
+    for meta in arguments.iter_mut() {
+        if let Meta::NameValue(pair) = meta {
+            if pair.path.is_ident("meta") {
+                let existing = &pair.value;
+                pair.value = syn::parse_quote!(
+                    #idem::rmcp::tool_meta(::core::option::Option::Some(#existing), &#spec)
+                );
+                found = true;
+            }
+        }
+    }
+    if !found {
+        arguments.push(syn::parse_quote!(
+            meta = #idem::rmcp::tool_meta(::core::option::Option::None, &#spec)
+        ));
+    }
+    let path = attr.path();
+    let pound = attr.pound_token;
+    let bracket = attr.bracket_token;
+    let mut rebuilt: Attribute = syn::parse_quote!(#[#path(#arguments)]);
+    rebuilt.pound_token = pound;
+    rebuilt.bracket_token = bracket;
+    rebuilt
+}
+
+/// An async fn already rewritten by rmcp's `#[tool]` (written above `#[idempotent]`)
+/// returns `Pin<Box<dyn Future …>>`: say which order works instead of C2's message.
+pub(crate) fn wrong_order(item: &ItemFn) -> Option<syn::Error> {
+    if item.sig.asyncness.is_some() {
+        return None;
+    }
+    let ReturnType::Type(_, ty) = &item.sig.output else {
+        return None;
+    };
+    let syn::Type::Path(path) = &**ty else {
+        return None;
+    };
+    let last = path.path.segments.last()?;
+    let boxed_future = last.ident == "Pin"
+        && last
+            .arguments
+            .to_token_stream()
+            .to_string()
+            .contains("Future");
+    boxed_future.then(|| {
+        syn::Error::new(
+            ty.span(),
+            "this fn returns a boxed future, as rmcp's #[tool] rewrites an async fn: write #[idempotent] above #[tool], so that it sees the method as you wrote it",
+        )
+    })
+}
