@@ -21,6 +21,7 @@ pub mod engine;
 pub mod envelope;
 pub mod error;
 mod heartbeat;
+pub mod integrations;
 pub mod key;
 #[doc(hidden)]
 pub mod macro_support;

@@ -1,0 +1,4 @@
+//! Typed integrations with other crates, each behind its own cargo feature (off by default).
+
+#[cfg(feature = "async-openai")]
+pub mod async_openai;
