@@ -2,3 +2,6 @@
 
 #[cfg(feature = "async-openai")]
 pub mod async_openai;
+
+#[cfg(feature = "genai")]
+pub mod genai;
