@@ -56,7 +56,7 @@ pub(crate) fn object_member(
 /// Parses an arguments string. An empty (or all-whitespace) string means no arguments,
 /// `{}`: models send it for functions without parameters. Anything else must be one JSON
 /// object with no member named twice at any level.
-fn parse_text(text: &str, path: &JsonPath) -> Result<Value, ArgumentError> {
+pub(crate) fn parse_text(text: &str, path: &JsonPath) -> Result<Value, ArgumentError> {
     if text
         .trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\r'))
         .is_empty()

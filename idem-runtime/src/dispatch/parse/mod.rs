@@ -30,14 +30,14 @@
 //! ```
 
 mod anthropic;
-mod arguments;
+pub(crate) mod arguments;
 mod detect;
 mod error;
 mod gemini;
 mod mcp;
 mod openai_chat;
 mod openai_responses;
-mod path;
+pub(crate) mod path;
 mod read;
 
 use serde_json::Value;

@@ -1,0 +1,182 @@
+//! Responses API: a `Response` in, `function_call_output` input items out (O3–O5).
+
+use ::async_openai::types::responses::{
+    FunctionCallOutputItemParam, InputItem, Item, OutputItem, Response,
+};
+use serde::Deserialize;
+
+use super::OpenAiDispatchError;
+use crate::dispatch::parse::arguments::parse_text;
+use crate::dispatch::parse::path::JsonPath;
+use crate::dispatch::{
+    CallReport, Conversation, Dispatcher, Provider, ToolCall, Turn, TurnOutcome,
+};
+
+/// What dispatching one Responses API response did: the input items to send next, and a
+/// [`CallReport`] per call (O4).
+///
+/// The items are `function_call_output` items ([`Item::FunctionCallOutput`]), one per
+/// `function_call` output item, in output order, each with the call's `call_id`. With
+/// `previous_response_id` set to the response's id, they are the whole next `input`
+/// (`CreateResponse::input` takes `Vec<InputItem>` through `InputParam::from`). Without
+/// it (`store: false`, context managed by hand), the next input is the history so far,
+/// then the response's output items (`InputItem::from(output_item)`: reasoning items must
+/// be echoed with the calls they preceded), then these items.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResponseToolResults {
+    items: Vec<InputItem>,
+    outcome: TurnOutcome,
+}
+
+impl ResponseToolResults {
+    /// The `function_call_output` input items, one per call, in call order. Each `output`
+    /// is the call's result as text (D5: a string value as itself, any other value as its
+    /// JSON text, a failure as `{"error":{"kind","message","retryable",…}}`).
+    pub fn items(&self) -> &[InputItem] {
+        &self.items
+    }
+
+    /// The input items, owned (see [`items`](Self::items)).
+    pub fn into_items(self) -> Vec<InputItem> {
+        self.items
+    }
+
+    /// One report per call, in call order: attempts, final reply, key, and executed or
+    /// replayed ([`CallReport::status`]).
+    pub fn reports(&self) -> &[CallReport] {
+        &self.outcome.calls
+    }
+
+    /// The dispatcher's own outcome (its [`messages`](TurnOutcome::messages) are the same
+    /// items as JSON).
+    pub fn outcome(&self) -> &TurnOutcome {
+        &self.outcome
+    }
+
+    /// How many function calls the response had.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether the response had no function calls: the model answered, the agent loop is
+    /// done.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Whether every call's final reply is a success.
+    pub fn all_ok(&self) -> bool {
+        self.outcome.all_ok()
+    }
+}
+
+impl Dispatcher {
+    /// Runs the `function_call` items of a Responses API response under `conversation`,
+    /// as [`dispatch_turn`](Self::dispatch_turn) runs them (concurrently, with retries
+    /// carrying each call's key), and returns the `function_call_output` items to send
+    /// next (O4). Other output items (messages, reasoning, built-in tools OpenAI runs
+    /// itself) carry no call for the dispatcher. Dispatching the same response again under
+    /// the same conversation (a retried turn) replays each call's saved outcome: no second
+    /// effect, the same items (O3).
+    ///
+    /// Needs the `async-openai` feature ([`integrations::async_openai`](crate::integrations::async_openai)).
+    ///
+    /// # Errors
+    /// Before any call runs: [`OpenAiDispatchError::EmptyCallId`] (a `call_id` is empty),
+    /// [`CustomToolCall`](OpenAiDispatchError::CustomToolCall) (a `custom_tool_call` item).
+    /// After the calls ran: [`ResultConversion`](OpenAiDispatchError::ResultConversion).
+    pub async fn dispatch_response(
+        &self,
+        response: &Response,
+        conversation: &Conversation,
+    ) -> Result<ResponseToolResults, OpenAiDispatchError> {
+        self.dispatch_items(
+            &response.output,
+            conversation,
+            &JsonPath::root().key("output"),
+        )
+        .await
+    }
+
+    /// [`dispatch_response`](Self::dispatch_response) for a list of output items
+    /// (`response.output`, or the items collected from a stream).
+    ///
+    /// Needs the `async-openai` feature ([`integrations::async_openai`](crate::integrations::async_openai)).
+    ///
+    /// # Errors
+    /// As [`dispatch_response`](Self::dispatch_response); paths start at `$[i]`.
+    pub async fn dispatch_response_output(
+        &self,
+        output: &[OutputItem],
+        conversation: &Conversation,
+    ) -> Result<ResponseToolResults, OpenAiDispatchError> {
+        self.dispatch_items(output, conversation, &JsonPath::root())
+            .await
+    }
+
+    async fn dispatch_items(
+        &self,
+        output: &[OutputItem],
+        conversation: &Conversation,
+        path: &JsonPath,
+    ) -> Result<ResponseToolResults, OpenAiDispatchError> {
+        let turn = responses_turn(output, path)?;
+        let outcome = self.dispatch_turn(&turn, conversation).await;
+        let items = outcome
+            .calls
+            .iter()
+            .map(output_item)
+            .collect::<Result<_, _>>()?;
+        Ok(ResponseToolResults { items, outcome })
+    }
+}
+
+/// The function calls of `output` at `path`, read as the JSON parser reads them (D1, D2).
+fn responses_turn(output: &[OutputItem], path: &JsonPath) -> Result<Turn, OpenAiDispatchError> {
+    let mut calls = Vec::new();
+    for (i, item) in output.iter().enumerate() {
+        let item_path = path.index(i);
+        match item {
+            OutputItem::FunctionCall(call) => {
+                if call.call_id.is_empty() {
+                    return Err(OpenAiDispatchError::EmptyCallId {
+                        path: item_path.key("call_id").into_string(),
+                    });
+                }
+                calls.push(ToolCall {
+                    provider: Provider::OpenAiResponses,
+                    id: call.call_id.clone(),
+                    id_synthesized: false,
+                    name: call.name.clone(),
+                    arguments: parse_text(&call.arguments, &item_path.key("arguments")),
+                    request_id: None,
+                });
+            }
+            OutputItem::CustomToolCall(custom) => {
+                return Err(OpenAiDispatchError::CustomToolCall {
+                    path: item_path.into_string(),
+                    call_id: custom.call_id.clone(),
+                    name: custom.name.clone(),
+                })
+            }
+            _ => {}
+        }
+    }
+    Ok(Turn {
+        provider: Provider::OpenAiResponses,
+        index: 0,
+        calls,
+    })
+}
+
+/// The call's D5 result (`{"type":"function_call_output","call_id","output"}`) as an
+/// input item.
+fn output_item(report: &CallReport) -> Result<InputItem, OpenAiDispatchError> {
+    FunctionCallOutputItemParam::deserialize(&report.result)
+        .map(|param| InputItem::Item(Item::FunctionCallOutput(param)))
+        .map_err(|e| OpenAiDispatchError::ResultConversion {
+            call_id: report.id.clone(),
+            target: "FunctionCallOutputItemParam",
+            message: e.to_string(),
+        })
+}

@@ -1,0 +1,287 @@
+//! Typed dispatch of [genai](https://docs.rs/genai/0.7) tool calls (feature `genai`;
+//! contract O6–O8).
+//!
+//! genai reads every provider's tool calls into one [`ToolCall`] type and sends
+//! [`ToolResponse`]s back. [`Dispatcher::dispatch_genai`] runs the calls of a
+//! [`ChatResponse`] as [`Dispatcher::dispatch_turn`] runs any provider's calls
+//! (concurrently, each retry carrying its call's key, under a [`Conversation`]) and returns
+//! one `ToolResponse` per call, with the assistant message that precedes them;
+//! [`GenaiToolResults::append_to`] appends both to the next [`ChatRequest`]. The same
+//! response dispatched again (a retried turn) replays every call's saved outcome.
+//!
+//! ```
+//! # extern crate idem_runtime as idem;
+//! # use genai::chat::{ChatResponse, MessageContent, ToolCall};
+//! # mod send_refund { // what `#[idempotent] async fn send_refund(order_id: &str, amount_cents: u64)` generates
+//! #     use idem_runtime as idem;
+//! #     #[derive(serde::Deserialize)] pub struct Args { order_id: String, amount_cents: u64 }
+//! #     static SPEC: idem::ToolSpec = idem::ToolSpec::new("send_refund");
+//! #     pub fn tool() -> idem::dispatch::Tool {
+//! #         idem::dispatch::Tool::from_async("send_refund", |a: Args, _ctx| async move {
+//! #             idem::prepare(&SPEC, None, |b| { b.key("order_id", &a.order_id)?.key("amount_cents", &a.amount_cents)?; Ok(()) })?
+//! #                 .run(async move { Ok::<_, idem::ToolError>(format!("refunded {} on {}", a.amount_cents, a.order_id)) }).await
+//! #         })
+//! #     }
+//! # }
+//! # fn chat_response() -> ChatResponse { // the model asks for one refund
+//! #     let call = ToolCall { call_id: "call_1".into(), fn_name: "send_refund".into(),
+//! #         fn_arguments: serde_json::json!({"order_id": "ord_7", "amount_cents": 500}), thought_signatures: None };
+//! #     let model_iden = genai::ModelIden::new(genai::adapter::AdapterKind::OpenAI, "gpt-4.1");
+//! #     ChatResponse { content: MessageContent::from_tool_calls(vec![call]), reasoning_content: None,
+//! #         model_iden: model_iden.clone(), provider_model_iden: model_iden, stop_reason: None,
+//! #         usage: Default::default(), captured_raw_body: None, response_id: None }
+//! # }
+//! # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+//! use genai::chat::{ChatMessage, ChatRequest};
+//! use idem::{dispatch::{Conversation, Dispatcher}, CallStatus};
+//!
+//! let dispatcher = Dispatcher::builder().tool(send_refund::tool()).build()?;
+//! let conversation = Conversation::new("conv_42");
+//! let request = ChatRequest::new(vec![ChatMessage::user("Refund order 7")]);
+//! let response = chat_response(); // what `client.exec_chat(model, request.clone(), None).await?` returned
+//! let results = dispatcher.dispatch_genai(&response, &conversation).await?;
+//! assert_eq!(results.reports()[0].status(), Some(CallStatus::Executed));
+//! let next = results.append_to(request); // the assistant's tool calls, then one tool response per call
+//! assert_eq!(next.messages.len(), 3);
+//! // A retried turn (the same response again) replays: no second refund.
+//! let again = dispatcher.dispatch_genai(&response, &conversation).await?;
+//! assert_eq!(again.reports()[0].status(), Some(CallStatus::Replayed));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # })?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! [`Dispatcher::dispatch_turn`]: crate::dispatch::Dispatcher::dispatch_turn
+//! [`Dispatcher::dispatch_genai`]: crate::dispatch::Dispatcher::dispatch_genai
+//! [`Conversation`]: crate::dispatch::Conversation
+
+use ::genai::chat::{ChatMessage, ChatRequest, ChatResponse, ToolCall, ToolResponse};
+use serde_json::Value;
+
+use crate::dispatch::parse::arguments::{object_member, parse_text};
+use crate::dispatch::parse::path::JsonPath;
+use crate::dispatch::{CallReport, Conversation, Dispatcher, Provider, Turn, TurnOutcome};
+
+/// Why a genai response could not be dispatched, or its results not be written as genai
+/// types (contract O8).
+///
+/// Problems with one call's *arguments* are not errors here: that call gets a
+/// `bad_arguments` tool response and does not run, and the other calls still run (D2).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum GenaiDispatchError {
+    /// A tool call's `call_id` is empty: its response could not be matched to it (D5).
+    /// Returned before any call runs.
+    #[error(
+        "the tool call at {path} has an empty call_id: its response could not be matched to it"
+    )]
+    EmptyCallId {
+        /// Where the call is: `$.tool_calls[i].call_id`, `i` counting the response's
+        /// tool calls.
+        path: String,
+    },
+
+    /// A call ran, but its result (D5) has no text content to make a [`ToolResponse`]
+    /// of. The calls have run and their outcomes are saved: dispatching the same response
+    /// again replays them without a second effect.
+    #[error(
+        "the result of call `{call_id}` has no text content for a genai ToolResponse: {result}"
+    )]
+    ResultConversion {
+        /// The call's id.
+        call_id: String,
+        /// The result, as JSON text.
+        result: String,
+    },
+}
+
+/// What dispatching one genai response's tool calls did: the messages to append to the
+/// next request, and a [`CallReport`] per call (O6).
+#[derive(Debug, Clone)]
+pub struct GenaiToolResults {
+    assistant: Option<ChatMessage>,
+    responses: Vec<ToolResponse>,
+    outcome: TurnOutcome,
+}
+
+impl GenaiToolResults {
+    /// The assistant message to append before the tool responses: the response's whole
+    /// content (text, reasoning, thought signatures and tool calls, as genai's
+    /// `ChatResponse::into_assistant_message_for_tool_use` keeps them), or for
+    /// [`dispatch_genai_calls`](Dispatcher::dispatch_genai_calls) the calls alone. `None`
+    /// when there were no calls.
+    pub fn assistant_message(&self) -> Option<&ChatMessage> {
+        self.assistant.as_ref()
+    }
+
+    /// One [`ToolResponse`] per call, in call order: the call's `call_id`, the tool's
+    /// name, and its result as text (D5: a string value as itself, any other value as its
+    /// JSON text, a failure as `{"error":{"kind","message","retryable",…}}`).
+    pub fn tool_responses(&self) -> &[ToolResponse] {
+        &self.responses
+    }
+
+    /// The tool responses, owned (see [`tool_responses`](Self::tool_responses)).
+    pub fn into_tool_responses(self) -> Vec<ToolResponse> {
+        self.responses
+    }
+
+    /// `request` with the assistant message and then one tool message per call appended:
+    /// the next request of the agent loop. With no calls, `request` unchanged.
+    pub fn append_to(self, request: ChatRequest) -> ChatRequest {
+        let request = match self.assistant {
+            Some(assistant) => request.append_message(assistant),
+            None => request,
+        };
+        request.append_messages(self.responses)
+    }
+
+    /// One report per call, in call order: attempts, final reply, key, and executed or
+    /// replayed ([`CallReport::status`]).
+    pub fn reports(&self) -> &[CallReport] {
+        &self.outcome.calls
+    }
+
+    /// The dispatcher's own outcome (its [`messages`](TurnOutcome::messages) are the
+    /// results in OpenAI Chat's JSON shape, with the same content text).
+    pub fn outcome(&self) -> &TurnOutcome {
+        &self.outcome
+    }
+
+    /// How many tool calls there were.
+    pub fn len(&self) -> usize {
+        self.responses.len()
+    }
+
+    /// Whether there were no tool calls: the model answered, the agent loop is done.
+    pub fn is_empty(&self) -> bool {
+        self.responses.is_empty()
+    }
+
+    /// Whether every call's final reply is a success.
+    pub fn all_ok(&self) -> bool {
+        self.outcome.all_ok()
+    }
+}
+
+impl Dispatcher {
+    /// Runs the tool calls of a genai [`ChatResponse`] under `conversation`, as
+    /// [`dispatch_turn`](Self::dispatch_turn) runs them, and returns the assistant message
+    /// and one [`ToolResponse`] per call (O6). Dispatching the same response again under
+    /// the same conversation (a retried turn) replays each call's saved outcome: no second
+    /// effect, the same tool responses (O7).
+    ///
+    /// Arguments genai already parsed (an object) are used as they are; arguments genai
+    /// left as a string (a provider's text that was not JSON) are read as the JSON parser
+    /// reads OpenAI's (D2); `null` means no arguments (`{}`); anything else is a
+    /// `bad_arguments` result for that call.
+    ///
+    /// Needs the `genai` feature ([`integrations::genai`](crate::integrations::genai)).
+    ///
+    /// # Errors
+    /// [`GenaiDispatchError::EmptyCallId`] before any call runs;
+    /// [`GenaiDispatchError::ResultConversion`] after the calls ran.
+    pub async fn dispatch_genai(
+        &self,
+        response: &ChatResponse,
+        conversation: &Conversation,
+    ) -> Result<GenaiToolResults, GenaiDispatchError> {
+        let calls = response.tool_calls();
+        let (responses, outcome) = self.genai_calls(calls, conversation).await?;
+        let assistant = response.clone().into_assistant_message_for_tool_use();
+        Ok(GenaiToolResults {
+            assistant,
+            responses,
+            outcome,
+        })
+    }
+
+    /// [`dispatch_genai`](Self::dispatch_genai) for tool calls on their own (such as a
+    /// stream's captured tool calls); the assistant message is `ChatMessage::from(calls)`.
+    ///
+    /// Needs the `genai` feature ([`integrations::genai`](crate::integrations::genai)).
+    ///
+    /// # Errors
+    /// As [`dispatch_genai`](Self::dispatch_genai).
+    pub async fn dispatch_genai_calls(
+        &self,
+        calls: &[ToolCall],
+        conversation: &Conversation,
+    ) -> Result<GenaiToolResults, GenaiDispatchError> {
+        let (responses, outcome) = self
+            .genai_calls(calls.iter().collect(), conversation)
+            .await?;
+        let assistant = (!calls.is_empty()).then(|| ChatMessage::from(calls.to_vec()));
+        Ok(GenaiToolResults {
+            assistant,
+            responses,
+            outcome,
+        })
+    }
+
+    async fn genai_calls(
+        &self,
+        calls: Vec<&ToolCall>,
+        conversation: &Conversation,
+    ) -> Result<(Vec<ToolResponse>, TurnOutcome), GenaiDispatchError> {
+        let turn = genai_turn(&calls)?;
+        let outcome = self.dispatch_turn(&turn, conversation).await;
+        let responses = outcome
+            .calls
+            .iter()
+            .map(tool_response)
+            .collect::<Result<_, _>>()?;
+        Ok((responses, outcome))
+    }
+}
+
+/// The calls as one turn. Results take OpenAI Chat's shape (`tool_call_id`, text
+/// `content`), which is what a `ToolResponse` holds.
+fn genai_turn(calls: &[&ToolCall]) -> Result<Turn, GenaiDispatchError> {
+    let calls_path = JsonPath::root().key("tool_calls");
+    let calls = calls
+        .iter()
+        .enumerate()
+        .map(|(i, call)| {
+            let path = calls_path.index(i);
+            if call.call_id.is_empty() {
+                return Err(GenaiDispatchError::EmptyCallId {
+                    path: path.key("call_id").into_string(),
+                });
+            }
+            let arguments_path = path.key("fn_arguments");
+            let arguments = match &call.fn_arguments {
+                Value::String(text) => parse_text(text, &arguments_path),
+                Value::Null => object_member(None, &arguments_path, true),
+                other => object_member(Some(other), &arguments_path, true),
+            };
+            Ok(crate::dispatch::ToolCall {
+                provider: Provider::OpenAiChat,
+                id: call.call_id.clone(),
+                id_synthesized: false,
+                name: call.fn_name.clone(),
+                arguments,
+                request_id: None,
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Turn {
+        provider: Provider::OpenAiChat,
+        index: 0,
+        calls,
+    })
+}
+
+/// The call's D5 result (`{"role":"tool","tool_call_id","content"}`) as a `ToolResponse`
+/// carrying the tool's name (Gemini matches responses by name).
+fn tool_response(report: &CallReport) -> Result<ToolResponse, GenaiDispatchError> {
+    match report.result.get("content").and_then(Value::as_str) {
+        Some(content) => {
+            Ok(ToolResponse::new(report.id.clone(), content).with_fn_name(report.tool.clone()))
+        }
+        None => Err(GenaiDispatchError::ResultConversion {
+            call_id: report.id.clone(),
+            result: report.result.to_string(),
+        }),
+    }
+}
