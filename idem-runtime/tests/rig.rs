@@ -314,7 +314,7 @@ async fn no_conversation_is_missing_scope() {
     assert_eq!(error.code(), Some("idem.missing_scope"));
     assert_eq!(
         error.message(),
-        "tool `send_refund` is keyed by scope `conversation`, but no conversation value is in force for this call: set it on the idem::CallContext"
+        "tool `send_refund` is keyed by scope `conversation`, but no conversation value is in force for this call: set it on the idem_agent::CallContext"
     );
     assert_eq!(error.retryable(), Some(false));
     // Typed: the layer's own error.

@@ -111,12 +111,22 @@ pub fn failure_object(failure: &ToolFailure) -> Value {
     Value::Object(object)
 }
 
-/// The JSON text of an `Ok` value, or of `{"error": failure_object}`.
+/// The JSON text of an `Ok` value, or of `{"error": failure_object}`, with object members
+/// sorted as the saved envelope writes them (S11): the first call's text and a replay's are
+/// the same bytes even when serde_json's `preserve_order` is on in the build (a dependency
+/// such as genai turns it on), where the live value keeps its insertion order and the
+/// replayed one comes back sorted.
 fn text(result: &Result<Value, ToolFailure>) -> String {
+    let sorted = |value: &Value| {
+        crate::canonical::capture(value)
+            .ok()
+            .and_then(|node| serde_json::to_string(&node).ok())
+            .unwrap_or_else(|| value.to_string())
+    };
     match result {
         Ok(Value::String(text)) => text.clone(),
-        Ok(value) => value.to_string(),
-        Err(failure) => json!({"error": failure_object(failure)}).to_string(),
+        Ok(value) => sorted(value),
+        Err(failure) => sorted(&json!({"error": failure_object(failure)})),
     }
 }
 

@@ -90,9 +90,9 @@ impl ChatToolResults {
 /// `tool_calls` list is left out (the API refuses an empty array).
 ///
 /// ```
-/// # extern crate idem_runtime as idem;
+/// # extern crate idem_runtime as idem_agent;
 /// use async_openai::types::chat::{ChatCompletionRequestAssistantMessageContent, ChatCompletionResponseMessage};
-/// use idem::integrations::async_openai::assistant_message;
+/// use idem_agent::integrations::async_openai::assistant_message;
 /// let reply = ChatCompletionResponseMessage { content: Some("Done.".into()), ..Default::default() };
 /// let message = assistant_message(&reply);
 /// assert_eq!(message.content, Some(ChatCompletionRequestAssistantMessageContent::Text("Done.".into())));

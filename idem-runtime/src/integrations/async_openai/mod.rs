@@ -18,16 +18,16 @@
 //! ["chat-completion-types", "response-types"]`); the HTTP client is the application's.
 //!
 //! ```
-//! # extern crate idem_runtime as idem;
+//! # extern crate idem_runtime as idem_agent;
 //! # use async_openai::types::chat::{ChatChoice, ChatCompletionMessageToolCall, ChatCompletionResponseMessage, CreateChatCompletionResponse, FunctionCall};
 //! # mod send_refund { // what `#[idempotent] async fn send_refund(order_id: &str, amount_cents: u64)` generates
-//! #     use idem_runtime as idem;
+//! #     use idem_runtime as idem_agent;
 //! #     #[derive(serde::Deserialize)] pub struct Args { order_id: String, amount_cents: u64 }
-//! #     static SPEC: idem::ToolSpec = idem::ToolSpec::new("send_refund");
-//! #     pub fn tool() -> idem::dispatch::Tool {
-//! #         idem::dispatch::Tool::from_async("send_refund", |a: Args, _ctx| async move {
-//! #             idem::prepare(&SPEC, None, |b| { b.key("order_id", &a.order_id)?.key("amount_cents", &a.amount_cents)?; Ok(()) })?
-//! #                 .run(async move { Ok::<_, idem::ToolError>(format!("refunded {} on {}", a.amount_cents, a.order_id)) }).await
+//! #     static SPEC: idem_agent::ToolSpec = idem_agent::ToolSpec::new("send_refund");
+//! #     pub fn tool() -> idem_agent::dispatch::Tool {
+//! #         idem_agent::dispatch::Tool::from_async("send_refund", |a: Args, _ctx| async move {
+//! #             idem_agent::prepare(&SPEC, None, |b| { b.key("order_id", &a.order_id)?.key("amount_cents", &a.amount_cents)?; Ok(()) })?
+//! #                 .run(async move { Ok::<_, idem_agent::ToolError>(format!("refunded {} on {}", a.amount_cents, a.order_id)) }).await
 //! #         })
 //! #     }
 //! # }
@@ -41,7 +41,7 @@
 //! # }
 //! # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
 //! use async_openai::types::chat::{ChatCompletionRequestMessage, ChatCompletionRequestUserMessage, CreateChatCompletionRequestArgs};
-//! use idem::{dispatch::{Conversation, Dispatcher}, CallStatus};
+//! use idem_agent::{dispatch::{Conversation, Dispatcher}, CallStatus};
 //!
 //! let dispatcher = Dispatcher::builder().tool(send_refund::tool()).build()?;
 //! let conversation = Conversation::new("conv_42");

@@ -12,7 +12,7 @@
 //! (R1), errors included (R4).
 //!
 //! ```
-//! # extern crate idem_runtime as idem;
+//! # extern crate idem_runtime as idem_agent;
 //! # use rig_core::tool::{Tool, ToolContext};
 //! # #[derive(serde::Serialize, serde::Deserialize)] struct Refund { order_id: String, amount_cents: u64 }
 //! # struct SendRefund;
@@ -27,7 +27,7 @@
 //! #         Ok(format!("refund #{n}: {} on {}", a.amount_cents, a.order_id))
 //! #     }
 //! # }
-//! use idem::integrations::rig::{Conversation, Idempotent};
+//! use idem_agent::integrations::rig::{Conversation, Idempotent};
 //! use rig_core::serve::adapters::ToolAdapter;
 //! use serde_json::json;
 //!
@@ -402,7 +402,7 @@ where
 
     /// Keys the call (R2, R3), then runs `T::call` at most once for the key and returns
     /// its outcome, or the saved one (R1, R4). The tool runs with the call's context in
-    /// force: `idem::current_key()` gives the key to forward downstream (K10).
+    /// force: `idem_agent::current_key()` gives the key to forward downstream (K10).
     async fn call(
         &self,
         context: &mut ToolContext,
