@@ -21,6 +21,8 @@ pub mod engine;
 pub mod envelope;
 pub mod error;
 mod heartbeat;
+/// Integrations with other crates, each behind its own cargo feature (off by default).
+pub mod integrations;
 pub mod key;
 #[doc(hidden)]
 pub mod macro_support;

@@ -1,0 +1,2 @@
+#[cfg(feature = "rmcp")]
+pub mod rmcp;
