@@ -54,7 +54,6 @@ use crate::spec::{OnCancel, ToolSpec};
 /// use idem::{Engine, Scope};
 /// use rmcp::ServerHandler;
 ///
-/// #[derive(Debug)]
 /// struct Payments; // in practice a `#[tool_router]` + `#[tool_handler]` server
 /// impl ServerHandler for Payments {}
 ///
@@ -84,10 +83,11 @@ pub struct IdempotentServer<H> {
     excluded: HashSet<String>,
 }
 
-impl<H: fmt::Debug> fmt::Debug for IdempotentServer<H> {
+/// Shows the inner handler by its type name (handlers rarely implement `Debug`).
+impl<H> fmt::Debug for IdempotentServer<H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("IdempotentServer")
-            .field("inner", &self.inner)
+            .field("inner", &std::any::type_name::<H>())
             .field("settings", &self.settings)
             .field("default", &self.default)
             .field("overrides", &self.overrides)
@@ -224,10 +224,11 @@ pub struct IdempotentServerBuilder<H> {
     excluded: Vec<String>,
 }
 
-impl<H: fmt::Debug> fmt::Debug for IdempotentServerBuilder<H> {
+/// Shows the inner handler by its type name.
+impl<H> fmt::Debug for IdempotentServerBuilder<H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("IdempotentServerBuilder")
-            .field("inner", &self.inner)
+            .field("inner", &std::any::type_name::<H>())
             .field("engine", &self.engine)
             .field("conversation_meta_key", &self.conversation_meta_key)
             .field("default", &self.default)
