@@ -43,3 +43,27 @@ async fn a_retry_after_a_lost_response_replays_the_first_result() {
     assert_eq!(runs.of("send_refund"), 1);
     client.cancel().await.unwrap();
 }
+
+// pins M11, U4: a client that gives up on a running call sends notifications/cancelled;
+// rmcp 3.11 cancels the request's token but lets the tool finish, so its outcome is saved
+// and the retry replays it (had the future been dropped, U4 would hold the key unknown)
+#[tokio::test]
+async fn a_cancelled_call_finishes_and_its_retry_replays() {
+    use common::connect;
+    use common::shop::SLOW;
+    let runs = Runs::default();
+    let client = connect(Shop::new(runs.clone())).await;
+    let request = call(
+        "slow_wait",
+        json!({"order_id": "o_cancel", "amount_cents": 1}),
+        json!({"conversationId": "cancelled_call"}),
+    );
+    let gave_up = tokio::time::timeout(SLOW / 4, client.call_tool(request.clone())).await;
+    assert!(gave_up.is_err(), "the client gives up before the tool ends");
+    tokio::time::sleep(SLOW * 2).await;
+    let retry = client.call_tool(request).await.unwrap();
+    assert_eq!(meta(&retry, "idem/status"), "replayed", "{retry:?}");
+    assert_eq!(text(&retry), "slow refund #1 on o_cancel");
+    assert_eq!(runs.of("slow_wait"), 1);
+    client.cancel().await.unwrap();
+}

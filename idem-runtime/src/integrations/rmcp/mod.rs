@@ -1,6 +1,6 @@
 //! MCP servers built with [rmcp](https://docs.rs/rmcp) 3.11 (the official Rust MCP SDK):
 //! a retried `tools/call` replays the first call's result instead of running the tool
-//! again (cargo feature `rmcp`; contract M1–M10).
+//! again (cargo feature `rmcp`; contract M1–M11).
 //!
 //! An MCP client that loses a `tools/call` response (a timeout, a dropped connection)
 //! cannot tell whether the tool ran. With this module the retry is safe: the call is keyed,
