@@ -9,3 +9,6 @@ pub mod genai;
 
 #[cfg(feature = "rig")]
 pub mod rig;
+
+#[cfg(feature = "rmcp")]
+pub mod rmcp;

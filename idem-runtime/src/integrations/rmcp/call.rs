@@ -1,0 +1,330 @@
+//! One `tools/call` under idem's call protocol: the extractor the `#[idempotent]` attribute
+//! adds to an rmcp `#[tool]` method, and the run that keys, claims, saves and replays
+//! (contract M1–M8).
+
+use std::borrow::Cow;
+use std::future::Future;
+
+use ::rmcp::handler::server::common::FromContextPart;
+use ::rmcp::handler::server::tool::{IntoCallToolResult, ToolCallContext};
+use ::rmcp::model::{CallToolResponse, JsonObject, RequestMetaObject};
+use ::rmcp::service::RequestContext;
+use ::rmcp::{ErrorData, RoleServer};
+use serde_json::Value;
+
+use super::names::{CLIENT_KEY_SCOPE, SESSION_PREFIX, TOOL_CALL_ID};
+use super::outcome::{classify, McpFailure};
+use super::request::{client_key, meta_string, session_id, MetaProblem};
+use super::results::{bad_meta, layer_error, status_name, with_status, Refused};
+use super::settings::{CallSettings, KeyedByServer};
+use crate::args::ArgsBuilder;
+use crate::call::{prepare, PreparedCall};
+use crate::canonical::CanonicalError;
+use crate::context::{AttemptRecord, CallContext, DerivedKey};
+use crate::error::Error;
+use crate::key::{derive_key, ScopeComponent};
+use crate::outcome::CallStatus;
+use crate::scope::Scope;
+use crate::spec::ToolSpec;
+
+/// What idem needs of one MCP `tools/call`: the tool name, a copy of its arguments, the
+/// request's `_meta`, the MCP session id (streamable HTTP), and the settings an
+/// [`IdempotentServer`](super::IdempotentServer) put in the request's extensions (engine,
+/// conversation `_meta` member).
+///
+/// It is an rmcp extractor: `#[idempotent]` on an rmcp `#[tool]` method adds a parameter of
+/// this type after the receiver and runs the body through it. Extracting it never fails and
+/// takes nothing from the call (the arguments are copied, so rmcp's `Parameters<T>`
+/// extractor, which runs after it, still gets them; `_meta` is copied, so a
+/// `RequestMetaObject` extractor still gets it).
+#[derive(Debug)]
+pub struct McpCall {
+    tool: Cow<'static, str>,
+    arguments: Option<JsonObject>,
+    meta: RequestMetaObject,
+    session: Option<String>,
+    settings: CallSettings,
+    keyed_by_server: bool,
+}
+
+/// Which members of a call's arguments object form its key (K8): all of them (`key: None`),
+/// or only those named in `key`; the others form the fingerprint (S9). Members named in
+/// `skip` are in neither. Written by the `#[idempotent]` attribute from its `key(…)` and
+/// `skip(…)` options.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ArgumentSelection {
+    /// The identity members; `None`: every member that is not skipped.
+    pub key: Option<&'static [&'static str]>,
+    /// Members left out of the key and the fingerprint.
+    pub skip: &'static [&'static str],
+}
+
+impl ArgumentSelection {
+    /// Every member is part of the key.
+    pub const ALL: ArgumentSelection = ArgumentSelection {
+        key: None,
+        skip: &[],
+    };
+}
+
+impl<S> FromContextPart<ToolCallContext<'_, S>> for McpCall {
+    fn from_context_part(context: &mut ToolCallContext<'_, S>) -> Result<Self, ErrorData> {
+        Ok(McpCall::new(
+            context.name.clone(),
+            context.arguments.clone(),
+            &context.request_context,
+        ))
+    }
+}
+
+impl McpCall {
+    /// The call `tool(arguments)` made with `context` (its `_meta`, extensions).
+    pub(crate) fn new(
+        tool: Cow<'static, str>,
+        arguments: Option<JsonObject>,
+        context: &RequestContext<RoleServer>,
+    ) -> Self {
+        McpCall {
+            tool,
+            arguments,
+            meta: context.meta.clone(),
+            session: session_id(&context.extensions),
+            settings: context
+                .extensions
+                .get::<CallSettings>()
+                .cloned()
+                .unwrap_or_default(),
+            keyed_by_server: context.extensions.get::<KeyedByServer>().is_some(),
+        }
+    }
+
+    /// Adds the members of a params-level `_meta` that the request context's `_meta` does not
+    /// have (rmcp moves a request's `_meta` into the context; a handler called directly may
+    /// still carry it in its params).
+    pub(crate) fn with_params_meta(mut self, params_meta: Option<&RequestMetaObject>) -> Self {
+        if let Some(params_meta) = params_meta {
+            for (name, value) in params_meta.iter() {
+                if !self.meta.contains_key(name) {
+                    self.meta.insert(name.clone(), value.clone());
+                }
+            }
+        }
+        self
+    }
+
+    /// The tool's name, as the client called it.
+    pub fn tool(&self) -> &str {
+        &self.tool
+    }
+
+    /// The call's arguments object, as sent (`None` when the request had none).
+    pub fn arguments(&self) -> Option<&JsonObject> {
+        self.arguments.as_ref()
+    }
+
+    /// The request's `_meta`.
+    pub fn meta(&self) -> &RequestMetaObject {
+        &self.meta
+    }
+
+    /// The MCP session id (the `Mcp-Session-Id` of a streamable HTTP session), if the
+    /// transport has sessions.
+    pub fn session_id(&self) -> Option<&str> {
+        self.session.as_deref()
+    }
+
+    /// Runs `body` under idem's call protocol for this call (M1–M8): keys it (the tool name
+    /// `spec.name`, the scope value from `_meta` or the session, the members of the
+    /// arguments object `arguments` selects; or the client's `_meta.idempotencyKey`),
+    /// claims the key, runs `body` once, saves its complete result and returns it with
+    /// `_meta["idem/status"] = "executed"`; a later call with the key gets the saved result
+    /// back with `"replayed"`, without running `body`. The idempotency layer's own errors
+    /// come back as tool errors (`isError: true`) with `_meta["idem/error"]`.
+    ///
+    /// The future is `Send` when `body` is. `Err` is only a JSON-RPC error `body` itself
+    /// returned (M7).
+    #[doc(hidden)]
+    pub async fn run<R, F>(
+        self,
+        spec: &'static ToolSpec,
+        arguments: ArgumentSelection,
+        body: F,
+    ) -> Result<CallToolResponse, ErrorData>
+    where
+        F: Future<Output = R>,
+        R: IntoCallToolResult,
+    {
+        if self.keyed_by_server {
+            // The IdempotentServer around this handler keys the call already (M9).
+            return body.await.into_call_tool_result();
+        }
+        let mut refused = Refused {
+            conversation_meta_key: &self.settings.conversation_meta_key,
+            client_key: false,
+        };
+        let (context, client_key) = match self.call_context(spec) {
+            Ok(found) => found,
+            Err(problem) => return Ok(bad_meta(problem.message()).into()),
+        };
+        refused.client_key = client_key.is_some();
+        let keyed = match client_key {
+            Some(client_key) => self.prepare_with_client_key(spec, arguments, context, client_key),
+            None => self.prepare(spec, arguments, context),
+        };
+        let (prepared, context) = match keyed {
+            Ok(keyed) => keyed,
+            Err(error) => return Ok(layer_error(&error, None, refused).into()),
+        };
+        let key = prepared.key().clone();
+        match prepared.run(classify(body)).await {
+            Ok(result) => {
+                let status = context
+                    .last_outcome()
+                    .map_or(CallStatus::Executed, |record| record.status);
+                Ok(with_status(result, status_name(status), &key).into())
+            }
+            Err(McpFailure::Idem(error)) => Ok(layer_error(&error, Some(&key), refused).into()),
+            Err(McpFailure::Protocol(error)) => Err(error),
+            Err(McpFailure::Retryable(result) | McpFailure::OutcomeUnknown(result)) => {
+                Ok(with_status(result, status_name(CallStatus::Executed), &key).into())
+            }
+            Err(McpFailure::NotFinal(response)) => Ok(response),
+        }
+    }
+
+    /// The call context the key is derived under (M3), and the client's key if it sent one
+    /// (M4). Only the `_meta` members the tool's scope reads are looked at.
+    fn call_context(&self, spec: &ToolSpec) -> Result<(CallContext, Option<String>), MetaProblem> {
+        let client_key = client_key(&self.meta)?.map(str::to_owned);
+        let mut context = CallContext::new();
+        if let Some(engine) = &self.settings.engine {
+            context = context.with_engine(engine.clone());
+        }
+        if client_key.is_some() {
+            return Ok((context, client_key));
+        }
+        match spec.scope {
+            Scope::Global => {}
+            Scope::Conversation => {
+                if let Some(conversation) = self.conversation()? {
+                    context = context.with_conversation(conversation);
+                }
+            }
+            Scope::Call => {
+                if let Some(conversation) = self.conversation()? {
+                    context = context.with_conversation(conversation);
+                }
+                if let Some(call) = meta_string(&self.meta, TOOL_CALL_ID)? {
+                    context = context.with_tool_call(call);
+                }
+            }
+            Scope::Named(name) => {
+                if let Some(value) = meta_string(&self.meta, name)? {
+                    context = context.with_scope(name, value);
+                }
+            }
+        }
+        Ok((context, None))
+    }
+
+    /// The conversation id: `_meta[conversation key]`, else the MCP session's id (prefixed
+    /// `mcp-session:`), else none (M3).
+    fn conversation(&self) -> Result<Option<String>, MetaProblem> {
+        let from_meta = meta_string(&self.meta, &self.settings.conversation_meta_key)?;
+        Ok(match (from_meta, &self.session) {
+            (Some(id), _) => Some(id.to_owned()),
+            (None, Some(session)) => Some(format!("{SESSION_PREFIX}{session}")),
+            (None, None) => None,
+        })
+    }
+
+    /// Keys the call by scope and arguments through [`prepare`], as the attribute and the
+    /// dispatcher do (M2).
+    fn prepare(
+        &self,
+        spec: &'static ToolSpec,
+        selection: ArgumentSelection,
+        context: CallContext,
+    ) -> Result<(PreparedCall, CallContext), Error> {
+        let prepared = prepare(spec, Some(&context), |args| {
+            self.fill(selection, false, args)
+        })?;
+        Ok((prepared, context))
+    }
+
+    /// Keys the call by the tool name and the client's key alone; every selected argument is
+    /// fingerprint (M4). The key is handed to [`prepare`] as a carried key (K9), so the rest
+    /// of the protocol (engine choice, claim, replay, mismatch) is the same.
+    fn prepare_with_client_key(
+        &self,
+        spec: &'static ToolSpec,
+        selection: ArgumentSelection,
+        context: CallContext,
+        client_key: String,
+    ) -> Result<(PreparedCall, CallContext), Error> {
+        let mut args = ArgsBuilder::new();
+        self.fill(selection, true, &mut args)
+            .map_err(|source| Error::Canonical {
+                tool: spec.name.to_owned(),
+                source,
+            })?;
+        let (no_key_args, fingerprint) = args.finish();
+        let key = derive_key(
+            ScopeComponent::new(CLIENT_KEY_SCOPE, Some(&client_key)),
+            spec.name,
+            &no_key_args,
+        );
+        let record = AttemptRecord::new(spec.name);
+        record.remember(DerivedKey {
+            tool: spec.name.to_owned(),
+            key,
+            fingerprint,
+        });
+        let context = context.with_attempt(record);
+        let prepared = prepare(spec, Some(&context), |_| Ok(()))?;
+        Ok((prepared, context))
+    }
+
+    /// Adds the selected members of the arguments object: to the key (or, with
+    /// `all_fingerprint`, the fingerprint), the others to the fingerprint (K8, S9). A member
+    /// named in `selection.key` that the call left out counts as `null`, as a typed
+    /// argument's `None` does.
+    fn fill(
+        &self,
+        selection: ArgumentSelection,
+        all_fingerprint: bool,
+        args: &mut ArgsBuilder,
+    ) -> Result<(), CanonicalError> {
+        let skipped = |name: &str| selection.skip.contains(&name);
+        let in_key =
+            |name: &str| !all_fingerprint && selection.key.is_none_or(|key| key.contains(&name));
+        if let Some(object) = &self.arguments {
+            for (name, value) in object {
+                if skipped(name) {
+                    continue;
+                }
+                if in_key(name) {
+                    args.key(name, value)?;
+                } else {
+                    args.fingerprint(name, value)?;
+                }
+            }
+        }
+        for name in selection.key.unwrap_or_default() {
+            let sent = self
+                .arguments
+                .as_ref()
+                .is_some_and(|o| o.contains_key(*name));
+            if sent || skipped(name) {
+                continue;
+            }
+            if in_key(name) {
+                args.key(name, &Value::Null)?;
+            } else {
+                args.fingerprint(name, &Value::Null)?;
+            }
+        }
+        Ok(())
+    }
+}
