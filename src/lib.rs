@@ -186,6 +186,11 @@
 pub use idem_macros::idempotent;
 pub use idem_runtime::*;
 
+/// MCP servers built with rmcp (feature `rmcp`): `#[idempotent]` above rmcp's `#[tool]`,
+/// and [`rmcp::IdempotentServer`] for a whole server.
+#[cfg(feature = "rmcp")]
+pub use idem_runtime::integrations::rmcp;
+
 /// The rig integration (feature `rig`): [`rig::Idempotent`] makes any rig tool idempotent.
 #[cfg(feature = "rig")]
 pub use idem_runtime::integrations::rig;

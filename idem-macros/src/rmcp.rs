@@ -136,11 +136,15 @@ fn rewrite(options: &Options, item: ItemFn, tool_name: &str) -> TokenStream {
     } = item;
     let spec = expand::spec(options, tool_name);
     let (literal, _) = expand::spec_literal(options, tool_name);
+    let output_schema = match &sig.output {
+        ReturnType::Type(_, ty) => output_schema(ty),
+        ReturnType::Default => None,
+    };
     let attrs: Vec<Attribute> = attrs
         .into_iter()
         .map(|attr| {
             if is_tool_attribute(&attr) {
-                with_idem_meta(attr, idem, &literal)
+                with_idem_meta(attr, idem, &literal, output_schema.as_ref())
             } else {
                 attr
             }
@@ -153,10 +157,8 @@ fn rewrite(options: &Options, item: ItemFn, tool_name: &str) -> TokenStream {
     };
     let call = syn::Ident::new("__idem_mcp", Span::mixed_site());
     let position = usize::from(sig.receiver().is_some());
-    sig.inputs.insert(
-        position,
-        syn::parse_quote!(#call: #idem::rmcp::McpCall),
-    );
+    sig.inputs
+        .insert(position, syn::parse_quote!(#call: #idem::rmcp::McpCall));
     sig.asyncness = Some(Token![async](sig.fn_token.span()));
     sig.output = syn::parse_quote!(-> #idem::rmcp::ToolResult);
 
@@ -190,10 +192,23 @@ fn rewrite(options: &Options, item: ItemFn, tool_name: &str) -> TokenStream {
 
 /// `#[tool(…, meta = idem_agent::rmcp::tool_meta(…))]`: the user's own `meta` (if any),
 /// with idem's marker added.
-fn with_idem_meta(attr: Attribute, idem: &TokenStream, spec: &TokenStream) -> Attribute {
+fn with_idem_meta(
+    attr: Attribute,
+    idem: &TokenStream,
+    spec: &TokenStream,
+    output_schema: Option<&TokenStream>,
+) -> Attribute {
     let Some(mut arguments) = tool_arguments(&attr) else {
         return attr;
     };
+    let given = |name: &str| {
+        arguments
+            .iter()
+            .any(|meta| matches!(meta, Meta::NameValue(pair) if pair.path.is_ident(name)))
+    };
+    if let (Some(schema), false) = (output_schema, given("output_schema")) {
+        arguments.push(syn::parse_quote!(output_schema = #schema));
+    }
     let mut found = false;
     for meta in arguments.iter_mut() {
         if let Meta::NameValue(pair) = meta {
@@ -218,6 +233,40 @@ fn with_idem_meta(attr: Attribute, idem: &TokenStream, spec: &TokenStream) -> At
     rebuilt.pound_token = pound;
     rebuilt.bracket_token = bracket;
     rebuilt
+}
+
+/// The output schema rmcp's `#[tool]` derives from a `Json<T>` or `Result<Json<T>, E>`
+/// return type, which it no longer sees once the return type is rewritten: the same
+/// expression rmcp writes.
+fn output_schema(ty: &syn::Type) -> Option<TokenStream> {
+    fn json_inner(ty: &syn::Type) -> Option<&syn::Type> {
+        let syn::Type::Path(path) = ty else {
+            return None;
+        };
+        let last = path.path.segments.last()?;
+        let syn::PathArguments::AngleBracketed(args) = &last.arguments else {
+            return None;
+        };
+        match (last.ident == "Json", args.args.first()) {
+            (true, Some(syn::GenericArgument::Type(inner))) => Some(inner),
+            _ => None,
+        }
+    }
+    fn ok_type(ty: &syn::Type) -> Option<&syn::Type> {
+        let syn::Type::Path(path) = ty else {
+            return None;
+        };
+        let last = path.path.segments.last()?;
+        let syn::PathArguments::AngleBracketed(args) = &last.arguments else {
+            return None;
+        };
+        match (last.ident == "Result", args.args.first()) {
+            (true, Some(syn::GenericArgument::Type(ok))) => Some(ok),
+            _ => None,
+        }
+    }
+    let inner = json_inner(ty).or_else(|| ok_type(ty).and_then(json_inner))?;
+    Some(quote!(rmcp::handler::server::tool::schema_for_output::<#inner>()))
 }
 
 /// An async fn already rewritten by rmcp's `#[tool]` (written above `#[idempotent]`)

@@ -156,6 +156,12 @@ mod server;
 mod settings;
 
 pub use call::{ArgumentSelection, McpCall};
+
+/// What an rmcp tool method marked `#[idempotent]` returns once the attribute rewrote it:
+/// rmcp's own result of a tool call (a tool error is `Ok` with `isError: true`; `Err` is a
+/// JSON-RPC error).
+#[doc(hidden)]
+pub type ToolResult = Result<::rmcp::model::CallToolResponse, ::rmcp::ErrorData>;
 pub use intern::interned_tool_specs;
 pub use marker::tool_meta;
 pub use results::{outcome_unknown_error, retryable_error};
