@@ -70,8 +70,8 @@ use syn::{Item, ItemFn, TraitItemFn, Type};
 use crate::attr::{self, Errors, OnCancel, Options, ScopeKind};
 use crate::companion;
 use crate::facade;
-use crate::rmcp;
 use crate::item::{self, Param, Role, ToolFn};
+use crate::rmcp;
 
 /// The whole expansion: the rewritten fn and its companion, or, on any error, the errors
 /// and the item unchanged (C3).
@@ -641,7 +641,7 @@ mod tests {
             "{output}"
         );
         assert!(
-            output.contains("on_cancel : :: idem :: OnCancel :: Release"),
+            output.contains("on_cancel : :: idem_agent :: OnCancel :: Release"),
             "{output}"
         );
         assert!(output.contains("reconcile : true"), "{output}");
@@ -658,12 +658,12 @@ mod tests {
             "{output}"
         );
         assert!(
-            output.contains("on_cancel : :: idem :: OnCancel :: Hold"),
+            output.contains("on_cancel : :: idem_agent :: OnCancel :: Hold"),
             "{output}"
         );
         assert!(output.contains("reconcile : false"), "{output}");
         assert!(
-            output.contains(":: idem :: __private :: run_blocking ::"),
+            output.contains(":: idem_agent :: __private :: run_blocking ::"),
             "{output}"
         );
         assert!(!output.contains("__private :: begin"), "{output}");
@@ -688,15 +688,15 @@ mod tests {
             ),
         );
         let order = [
-            ":: idem :: prepare",
-            ":: idem :: __private :: begin :: < Result < u8 , E > > (__idem_prepared) . await",
-            ":: idem :: __private :: Begun :: Done (__idem_outcome) => return __idem_outcome",
+            ":: idem_agent :: prepare",
+            ":: idem_agent :: __private :: begin :: < Result < u8 , E > > (__idem_prepared) . await",
+            ":: idem_agent :: __private :: Begun :: Done (__idem_outcome) => return __idem_outcome",
             "if __idem_call . needs_reconcile ()",
             "let __idem_attempt = __idem_call . attempt () ;",
             "let __idem_verdict = Self :: check (& * self , & ctx , & arg1 , & at , & __idem_attempt) ;",
-            ":: idem :: __private :: settle :: < Result < u8 , E > , _ > (__idem_call , __idem_verdict) . await",
+            ":: idem_agent :: __private :: settle :: < Result < u8 , E > , _ > (__idem_call , __idem_verdict) . await",
             "else { __idem_call }",
-            ":: idem :: __private :: run_claimed :: < Result < u8 , E > , _ > (__idem_call , async move",
+            ":: idem_agent :: __private :: run_claimed :: < Result < u8 , E > , _ > (__idem_call , async move",
         ];
         let mut from = 0;
         for part in order {
@@ -715,10 +715,10 @@ mod tests {
             ),
         );
         for part in [
-            ":: idem :: __private :: begin_blocking :: < Result < u8 , E > > (__idem_prepared) {",
+            ":: idem_agent :: __private :: begin_blocking :: < Result < u8 , E > > (__idem_prepared) {",
             "check (& self , & order , & __idem_attempt)",
-            ":: idem :: __private :: settle_blocking :: < Result < u8 , E > , _ > (__idem_call , __idem_verdict) {",
-            ":: idem :: __private :: run_claimed_blocking :: < Result < u8 , E > , _ > (__idem_call , move || -> Result < u8 , E >",
+            ":: idem_agent :: __private :: settle_blocking :: < Result < u8 , E > , _ > (__idem_call , __idem_verdict) {",
+            ":: idem_agent :: __private :: run_claimed_blocking :: < Result < u8 , E > , _ > (__idem_call , move || -> Result < u8 , E >",
         ] {
             assert!(output.contains(part), "`{part}` missing in {output}");
         }

@@ -295,3 +295,78 @@ pub(crate) fn wrong_order(item: &ItemFn) -> Option<syn::Error> {
         )
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use quote::quote;
+
+    use crate::expand::expand;
+
+    fn expanded(args: proc_macro2::TokenStream, item: proc_macro2::TokenStream) -> String {
+        expand(args, item).to_string()
+    }
+
+    // pins M12: above `#[tool]`, the method gets the extractor after the receiver, becomes
+    // async, returns rmcp's result, runs its body through `McpCall::run` with the spec, and
+    // its `#[tool]` gains idem's meta (the user's own kept) and rmcp's output schema
+    #[test]
+    fn a_tool_method_is_rewritten_for_rmcp() {
+        let out = expanded(
+            quote!(key(order_id), skip(note)),
+            quote! {
+                #[tool(name = "send-refund", meta = my_meta())]
+                fn send_refund(&self, Parameters(r): Parameters<Refund>) -> Result<Json<Receipt>, String> { todo!() }
+            },
+        );
+        for piece in [
+            "async fn send_refund (& self , __idem_mcp : :: idem_agent :: rmcp :: McpCall , Parameters (r) : Parameters < Refund >) -> :: idem_agent :: rmcp :: ToolResult",
+            "name : \"send-refund\"",
+            "meta = :: idem_agent :: rmcp :: tool_meta (:: core :: option :: Option :: Some (my_meta ()) ,",
+            "output_schema = rmcp :: handler :: server :: tool :: schema_for_output :: < Receipt > ()",
+            ":: idem_agent :: rmcp :: McpCall :: run :: < Result < Json < Receipt > , String > , _ > (__idem_mcp , & __IDEM_SPEC ,",
+            "key : :: core :: option :: Option :: Some (& [\"order_id\"]) , skip : & [\"note\"]",
+        ] {
+            assert!(out.contains(piece), "missing `{piece}` in {out}");
+        }
+    }
+
+    // pins M12, C3: `reconcile` and `dispatch` are errors on an rmcp tool, and the method
+    // is emitted unchanged
+    #[test]
+    fn unsupported_options_are_errors_at_their_tokens() {
+        let out = expanded(
+            quote!(reconcile = check, dispatch = false),
+            quote! {
+                #[tool]
+                async fn send_refund(&self) -> String { String::new() }
+            },
+        );
+        assert!(
+            out.contains("`reconcile` is not supported on an rmcp #[tool] method"),
+            "{out}"
+        );
+        assert!(
+            out.contains("`dispatch` does not apply to an rmcp #[tool] method"),
+            "{out}"
+        );
+        assert!(
+            out.contains("async fn send_refund (& self) -> String"),
+            "{out}"
+        );
+    }
+
+    // pins M12: written below `#[tool]`, the attribute sees rmcp's boxed future and says
+    // which order works
+    #[test]
+    fn the_wrong_order_says_which_order_works() {
+        let out = expanded(
+            quote!(),
+            quote! {
+                fn send_refund(&self) -> ::std::pin::Pin<Box<dyn ::std::future::Future<Output = String> + Send + '_>> {
+                    Box::pin(async move { String::new() })
+                }
+            },
+        );
+        assert!(out.contains("write #[idempotent] above #[tool]"), "{out}");
+    }
+}
