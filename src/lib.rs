@@ -181,6 +181,21 @@
 //!
 //! Tests use [`testkit::ManualClock`] to move time instead of sleeping, and
 //! [`testkit::EffectLog`] to count real effects and the keys they carried.
+//!
+//! # The package and its features
+//!
+//! This crate is the package `idem-agent` on crates.io (the crate named `idem` there is
+//! unrelated); code reaches it as `idem_agent`, or under the name a renamed dependency gives
+//! it (`idem = { package = "idem-agent", … }`): the attribute follows (contract C5).
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `memory` | on | [`MemoryStore`] |
+//! | `sqlite`, `postgres`, `redis` | off | the store of that name |
+//! | `rmcp` | off | MCP servers built with rmcp 3.11: `#[idempotent]` above rmcp's `#[tool]`, and `rmcp::IdempotentServer` (contract section M) |
+//! | `rig` | off | `rig::Idempotent<T>`, any rig-core 0.46 `Tool` made idempotent (section R) |
+//! | `async-openai` | off | `Dispatcher::dispatch_chat_completion` / `dispatch_response` on async-openai 0.43's types (section O) |
+//! | `genai` | off | `Dispatcher::dispatch_genai` on genai 0.7's types (section O) |
 #![forbid(unsafe_code)]
 
 pub use idem_macros::idempotent;
