@@ -1,5 +1,5 @@
 //! Code generation for a method of an rmcp MCP server: `#[idempotent]` written above rmcp's
-//! `#[tool]` (contract M-rules, `idem_agent::rmcp`).
+//! `#[tool]` (contract M-rules, `idem_agent::integrations::rmcp`).
 //!
 //! rmcp's `#[tool_router]` finds the methods marked `#[tool]`, and `#[tool]` then turns each
 //! into a route whose parameters are extractors (`Parameters<T>`, `RequestContext`, …) and
@@ -15,12 +15,12 @@
 //! into
 //!
 //! ```text
-//! #[tool(description = "Refund an order", meta = ::idem_agent::rmcp::tool_meta(None, &ToolSpec { … }))]
-//! async fn send_refund(&self, __idem_mcp: ::idem_agent::rmcp::McpCall, Parameters(args): Parameters<Refund>)
-//!     -> ::idem_agent::rmcp::ToolResult
+//! #[tool(description = "Refund an order", meta = ::idem_agent::integrations::rmcp::tool_meta(None, &ToolSpec { … }))]
+//! async fn send_refund(&self, __idem_mcp: ::idem_agent::integrations::rmcp::McpCall, Parameters(args): Parameters<Refund>)
+//!     -> ::idem_agent::integrations::rmcp::ToolResult
 //! {
 //!     static __IDEM_SPEC: ::idem_agent::ToolSpec = ::idem_agent::ToolSpec { name: "send_refund", … };
-//!     ::idem_agent::rmcp::McpCall::run::<Result<String, String>, _>(
+//!     ::idem_agent::integrations::rmcp::McpCall::run::<Result<String, String>, _>(
 //!         __idem_mcp, &__IDEM_SPEC, ArgumentSelection { key: None, skip: &[] }, async move BODY,
 //!     ).await
 //! }
@@ -111,7 +111,19 @@ fn tool_name(item: &ItemFn, options: &Options) -> syn::Result<String> {
             }
         }
     }
-    Ok(item.sig.ident.unraw().to_string())
+    // rmcp names the tool by the identifier as written (`r#type` for a raw identifier),
+    // which is not a valid idem tool name: the two names must agree, so ask for one.
+    let written = item.sig.ident.to_string();
+    if written.starts_with("r#") {
+        return Err(syn::Error::new(
+            item.sig.ident.span(),
+            format!(
+                "rmcp names this tool `{written}` (the raw identifier as written), which idem cannot key by; give it a name both agree on: #[tool(name = \"{}\")]",
+                item.sig.ident.unraw()
+            ),
+        ));
+    }
+    Ok(written)
 }
 
 /// The arguments of a `#[tool(…)]` attribute as rmcp parses them (`name = value` pairs,
@@ -157,10 +169,12 @@ fn rewrite(options: &Options, item: ItemFn, tool_name: &str) -> TokenStream {
     };
     let call = syn::Ident::new("__idem_mcp", Span::mixed_site());
     let position = usize::from(sig.receiver().is_some());
-    sig.inputs
-        .insert(position, syn::parse_quote!(#call: #idem::rmcp::McpCall));
+    sig.inputs.insert(
+        position,
+        syn::parse_quote!(#call: #idem::integrations::rmcp::McpCall),
+    );
     sig.asyncness = Some(Token![async](sig.fn_token.span()));
-    sig.output = syn::parse_quote!(-> #idem::rmcp::ToolResult);
+    sig.output = syn::parse_quote!(-> #idem::integrations::rmcp::ToolResult);
 
     let names = |list: &Option<attr::ArgList>| -> Vec<String> {
         list.iter()
@@ -175,14 +189,26 @@ fn rewrite(options: &Options, item: ItemFn, tool_name: &str) -> TokenStream {
         None => quote!(::core::option::Option::None),
     };
     let skip = names(&options.skip);
+    // With `key(…)` or `skip(…)`, the names are checked against the schema of the
+    // arguments' type, `T` of the `Parameters<T>` parameter, before the tool runs (M2).
+    let schema = match (&options.key, &options.skip, parameters_type(&sig)) {
+        (None, None, _) | (_, _, None) => quote!(::core::option::Option::None),
+        (_, _, Some(ty)) => quote!(::core::option::Option::Some(
+            rmcp::handler::server::common::schema_for_type::<#ty>
+        )),
+    };
     quote! {
         #(#attrs)*
         #vis #sig {
             #spec
-            #idem::rmcp::McpCall::run::<#output, _>(
+            #idem::integrations::rmcp::McpCall::run::<#output, _>(
                 #call,
                 &__IDEM_SPEC,
-                #idem::rmcp::ArgumentSelection { key: #key, skip: &[#(#skip),*] },
+                #idem::integrations::rmcp::ArgumentSelection {
+                    key: #key,
+                    skip: &[#(#skip),*],
+                    schema: #schema,
+                },
                 async move #block,
             )
             .await
@@ -190,7 +216,27 @@ fn rewrite(options: &Options, item: ItemFn, tool_name: &str) -> TokenStream {
     }
 }
 
-/// `#[tool(…, meta = idem_agent::rmcp::tool_meta(…))]`: the user's own `meta` (if any),
+/// `T` of the method's `Parameters<T>` parameter, if it has one.
+fn parameters_type(sig: &syn::Signature) -> Option<syn::Type> {
+    sig.inputs.iter().find_map(|input| {
+        let syn::FnArg::Typed(typed) = input else {
+            return None;
+        };
+        let syn::Type::Path(path) = &*typed.ty else {
+            return None;
+        };
+        let last = path.path.segments.last()?;
+        let syn::PathArguments::AngleBracketed(args) = &last.arguments else {
+            return None;
+        };
+        match (last.ident == "Parameters", args.args.first()) {
+            (true, Some(syn::GenericArgument::Type(ty))) => Some(ty.clone()),
+            _ => None,
+        }
+    })
+}
+
+/// `#[tool(…, meta = idem_agent::integrations::rmcp::tool_meta(…))]`: the user's own `meta` (if any),
 /// with idem's marker added.
 fn with_idem_meta(
     attr: Attribute,
@@ -215,7 +261,7 @@ fn with_idem_meta(
             if pair.path.is_ident("meta") {
                 let existing = &pair.value;
                 pair.value = syn::parse_quote!(
-                    #idem::rmcp::tool_meta(::core::option::Option::Some(#existing), &#spec)
+                    #idem::integrations::rmcp::tool_meta(::core::option::Option::Some(#existing), &#spec)
                 );
                 found = true;
             }
@@ -223,7 +269,7 @@ fn with_idem_meta(
     }
     if !found {
         arguments.push(syn::parse_quote!(
-            meta = #idem::rmcp::tool_meta(::core::option::Option::None, &#spec)
+            meta = #idem::integrations::rmcp::tool_meta(::core::option::Option::None, &#spec)
         ));
     }
     let path = attr.path();
@@ -269,9 +315,26 @@ fn output_schema(ty: &syn::Type) -> Option<TokenStream> {
     Some(quote!(rmcp::handler::server::tool::schema_for_output::<#inner>()))
 }
 
-/// An async fn already rewritten by rmcp's `#[tool]` (written above `#[idempotent]`)
-/// returns `Pin<Box<dyn Future …>>`: say which order works instead of C2's message.
+/// A method already expanded by rmcp's `#[tool]` (written above `#[idempotent]`): say
+/// which order works instead of C1/C2's messages. rmcp turns an async fn into one returning
+/// `Pin<Box<dyn Future …>>`; a sync fn keeps its shape, but a method taking rmcp's
+/// `Parameters<T>` extractor is an rmcp tool.
 pub(crate) fn wrong_order(item: &ItemFn) -> Option<syn::Error> {
+    let takes_parameters = item.sig.receiver().is_some()
+        && item.sig.inputs.iter().any(|input| match input {
+            syn::FnArg::Typed(typed) => matches!(
+                &*typed.ty,
+                syn::Type::Path(path) if path.path.segments.last().is_some_and(|s| s.ident == "Parameters"
+                    && matches!(s.arguments, syn::PathArguments::AngleBracketed(_)))
+            ),
+            syn::FnArg::Receiver(_) => false,
+        });
+    if takes_parameters {
+        return Some(syn::Error::new(
+            item.sig.ident.span(),
+            "this method takes rmcp's `Parameters<T>` but has no #[tool] attribute left to see: if rmcp's #[tool] is written above #[idempotent], write #[idempotent] above #[tool] instead, so that it sees the method as you wrote it",
+        ));
+    }
     if item.sig.asyncness.is_some() {
         return None;
     }
@@ -319,12 +382,12 @@ mod tests {
             },
         );
         for piece in [
-            "async fn send_refund (& self , __idem_mcp : :: idem_agent :: rmcp :: McpCall , Parameters (r) : Parameters < Refund >) -> :: idem_agent :: rmcp :: ToolResult",
+            "async fn send_refund (& self , __idem_mcp : :: idem_agent :: integrations :: rmcp :: McpCall , Parameters (r) : Parameters < Refund >) -> :: idem_agent :: integrations :: rmcp :: ToolResult",
             "name : \"send-refund\"",
-            "meta = :: idem_agent :: rmcp :: tool_meta (:: core :: option :: Option :: Some (my_meta ()) ,",
+            "meta = :: idem_agent :: integrations :: rmcp :: tool_meta (:: core :: option :: Option :: Some (my_meta ()) ,",
             "output_schema = rmcp :: handler :: server :: tool :: schema_for_output :: < Receipt > ()",
-            ":: idem_agent :: rmcp :: McpCall :: run :: < Result < Json < Receipt > , String > , _ > (__idem_mcp , & __IDEM_SPEC ,",
-            "key : :: core :: option :: Option :: Some (& [\"order_id\"]) , skip : & [\"note\"]",
+            ":: idem_agent :: integrations :: rmcp :: McpCall :: run :: < Result < Json < Receipt > , String > , _ > (__idem_mcp , & __IDEM_SPEC ,",
+            "key : :: core :: option :: Option :: Some (& [\"order_id\"]) , skip : & [\"note\"] , schema : :: core :: option :: Option :: Some (rmcp :: handler :: server :: common :: schema_for_type :: < Refund >)",
         ] {
             assert!(out.contains(piece), "missing `{piece}` in {out}");
         }
@@ -353,6 +416,34 @@ mod tests {
             out.contains("async fn send_refund (& self) -> String"),
             "{out}"
         );
+    }
+
+    // pins M12, K6: a raw identifier is named `r#type` by rmcp, which idem cannot key by:
+    // an error asks for a name both agree on
+    #[test]
+    fn a_raw_identifier_needs_a_name() {
+        let out = expanded(
+            quote!(),
+            quote! {
+                #[tool]
+                async fn r#type(&self) -> String { String::new() }
+            },
+        );
+        assert!(out.contains("rmcp names this tool `r#type`"), "{out}");
+        assert!(out.contains(r#"#[tool(name = \"type\")]"#), "{out}");
+    }
+
+    // pins M12: a sync method taking `Parameters<T>` whose `#[tool]` expanded first gets
+    // the order error, not C1/C2's
+    #[test]
+    fn the_wrong_order_on_a_sync_method_says_which_order_works() {
+        let out = expanded(
+            quote!(),
+            quote! {
+                fn send_refund(&self, Parameters(r): Parameters<Refund>) -> String { String::new() }
+            },
+        );
+        assert!(out.contains("write #[idempotent] above #[tool]"), "{out}");
     }
 
     // pins M12: written below `#[tool]`, the attribute sees rmcp's boxed future and says

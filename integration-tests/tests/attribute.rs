@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use common::{call, connect, meta, text};
 use idem::idempotent;
-use idem::rmcp::IdempotentServer;
+use idem::integrations::rmcp::IdempotentServer;
 use rmcp::handler::server::wrapper::{Json, Parameters};
 use rmcp::{tool, tool_handler, tool_router, ServerHandler};
 use serde_json::json;

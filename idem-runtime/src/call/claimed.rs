@@ -192,6 +192,23 @@ impl ClaimedCall {
         self.finish(outcome, CallStatus::Executed).await
     }
 
+    /// [`run`](Self::run) for an async body that may block its thread inside a poll (a
+    /// framework's handler that runs a sync fn inline, as rmcp does for a sync tool): while
+    /// each poll runs, idem's renewal thread renews the lease too, so a body that never
+    /// returns `Pending` keeps its claim however long it blocks (L1). Costs a registration
+    /// with the renewal thread per poll.
+    pub async fn run_may_block<T, E, Fut>(mut self, body: Fut) -> Result<T, E>
+    where
+        T: Serialize,
+        E: IdempotentError,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        self.body_begins();
+        let body = self.body_context().run(body);
+        let outcome = Heartbeat::alongside_blocking(self.heartbeat.as_ref(), body).await;
+        self.finish(outcome, CallStatus::Executed).await
+    }
+
     /// [`run`](Self::run) for a sync tool: the body runs on this thread while the lease is
     /// renewed by idem's renewal thread.
     pub fn run_blocking<T, E>(mut self, body: impl FnOnce() -> Result<T, E>) -> Result<T, E>

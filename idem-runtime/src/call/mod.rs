@@ -140,6 +140,21 @@ impl PreparedCall {
         }
     }
 
+    /// [`run`](Self::run) for an async body that may block its thread inside a poll (a
+    /// framework's handler running a sync fn inline): the lease is also renewed by idem's
+    /// renewal thread while each poll runs (L1); see [`ClaimedCall::run_may_block`].
+    pub async fn run_may_block<T, E, Fut>(self, body: Fut) -> Result<T, E>
+    where
+        T: Serialize + DeserializeOwned,
+        E: IdempotentError,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        match self.claim().await {
+            Ok(claimed) => claimed.run_may_block(body).await,
+            Err(done) => done,
+        }
+    }
+
     /// [`run`](Self::run) for a sync tool: drives the protocol on this thread and runs the
     /// body on it; the body's lease is renewed by idem's renewal thread (L1). Stores whose
     /// futures are ready at once (memory) or run on their own threads (SQLite) never block

@@ -133,6 +133,27 @@ impl Heartbeat {
     /// function, the final store write). The heartbeat is first polled only after `work`
     /// returned `Pending` once, so work that is ready at once pays nothing for it.
     pub(crate) async fn alongside<F: Future>(heartbeat: Option<&Heartbeat>, work: F) -> F::Output {
+        Self::alongside_with(heartbeat, work, false).await
+    }
+
+    /// [`alongside`](Self::alongside), for work that may block its thread inside a poll (an
+    /// MCP tool whose handler runs a sync fn inline, where the future never returns
+    /// `Pending` while the body runs): for the length of each poll the heartbeat is also in
+    /// this thread's slot of the renewal service ([`register`](Self::register)), which
+    /// renews it on schedule if the poll outlasts a heartbeat. Costs a registration (two
+    /// short lock holds) per poll.
+    pub(crate) async fn alongside_blocking<F: Future>(
+        heartbeat: Option<&Heartbeat>,
+        work: F,
+    ) -> F::Output {
+        Self::alongside_with(heartbeat, work, true).await
+    }
+
+    async fn alongside_with<F: Future>(
+        heartbeat: Option<&Heartbeat>,
+        work: F,
+        may_block: bool,
+    ) -> F::Output {
         let Some(heartbeat) = heartbeat else {
             return work.await;
         };
@@ -140,7 +161,10 @@ impl Heartbeat {
         let mut beat = pin!(heartbeat.clone().beat());
         let mut beating = true;
         std::future::poll_fn(move |cx| {
-            if let Poll::Ready(output) = work.as_mut().poll(cx) {
+            let beating_here = may_block.then(|| heartbeat.register());
+            let polled = work.as_mut().poll(cx);
+            drop(beating_here);
+            if let Poll::Ready(output) = polled {
                 return Poll::Ready(output);
             }
             if beating && beat.as_mut().poll(cx).is_ready() {

@@ -162,6 +162,7 @@ impl Shop {
         Parameters(refund): Parameters<Refund>,
     ) -> Result<CallToolResponse, ErrorData> {
         let selection = ArgumentSelection {
+            schema: None,
             key: Some(CHARGE_KEY),
             skip: &[],
         };

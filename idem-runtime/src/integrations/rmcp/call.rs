@@ -4,6 +4,7 @@
 
 use std::borrow::Cow;
 use std::future::Future;
+use std::sync::Arc;
 
 use ::rmcp::handler::server::common::FromContextPart;
 use ::rmcp::handler::server::tool::{IntoCallToolResult, ToolCallContext};
@@ -15,7 +16,7 @@ use serde_json::Value;
 use super::names::{CLIENT_KEY_SCOPE, SESSION_PREFIX, TOOL_CALL_ID};
 use super::outcome::{classify, McpFailure};
 use super::request::{client_key, meta_string, session_id, MetaProblem};
-use super::results::{bad_meta, layer_error, status_name, with_status, Refused};
+use super::results::{bad_configuration, bad_meta, layer_error, status_name, with_status, Refused};
 use super::settings::{CallSettings, KeyedByServer};
 use crate::args::ArgsBuilder;
 use crate::call::{prepare, PreparedCall};
@@ -52,12 +53,16 @@ pub struct McpCall {
 /// `skip` are in neither. Written by the `#[idempotent]` attribute from its `key(…)` and
 /// `skip(…)` options.
 #[doc(hidden)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct ArgumentSelection {
     /// The identity members; `None`: every member that is not skipped.
     pub key: Option<&'static [&'static str]>,
     /// Members left out of the key and the fingerprint.
     pub skip: &'static [&'static str],
+    /// The JSON schema of the tool's arguments (rmcp's `schema_for_type::<T>` of its
+    /// `Parameters<T>`), when the attribute could name it: the names in `key` and `skip`
+    /// are checked against its `properties` before the tool runs (M2).
+    pub schema: Option<fn() -> Arc<JsonObject>>,
 }
 
 impl ArgumentSelection {
@@ -65,7 +70,37 @@ impl ArgumentSelection {
     pub const ALL: ArgumentSelection = ArgumentSelection {
         key: None,
         skip: &[],
+        schema: None,
     };
+
+    /// The first name in `key` or `skip` that is not a property of the arguments' schema,
+    /// as a message naming it and the members there are (M2, as K8 is checked at compile
+    /// time for a fn's parameters). `Ok` when there is no schema or it lists no properties.
+    fn check_names(&self, tool: &str) -> Result<(), String> {
+        let Some(schema) = self.schema else {
+            return Ok(());
+        };
+        let schema = schema();
+        let Some(Value::Object(properties)) = schema.get("properties") else {
+            return Ok(());
+        };
+        let named = self
+            .key
+            .unwrap_or_default()
+            .iter()
+            .map(|name| ("key", *name))
+            .chain(self.skip.iter().map(|name| ("skip", *name)));
+        for (option, name) in named {
+            if !properties.contains_key(name) {
+                let members: Vec<&str> = properties.keys().map(String::as_str).collect();
+                return Err(format!(
+                    "tool `{tool}` is misconfigured: its #[idempotent] option `{option}(…)` names `{name}`, which is not a member of the tool's arguments (they are: {}); fix the attribute; the tool did not run",
+                    members.join(", ")
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl<S> FromContextPart<ToolCallContext<'_, S>> for McpCall {
@@ -159,6 +194,9 @@ impl McpCall {
             // The IdempotentServer around this handler keys the call already (M9).
             return body.await.into_call_tool_result();
         }
+        if let Err(message) = arguments.check_names(spec.name) {
+            return Ok(bad_configuration(message).into());
+        }
         let mut refused = Refused {
             conversation_meta_key: &self.settings.conversation_meta_key,
             client_key: false,
@@ -177,7 +215,10 @@ impl McpCall {
             Err(error) => return Ok(layer_error(&error, None, refused).into()),
         };
         let key = prepared.key().clone();
-        match prepared.run(classify(body)).await {
+        // rmcp runs a sync tool inline in its handler's future, which then never returns
+        // `Pending` while the tool runs: the lease is renewed from idem's renewal thread
+        // during each poll as well (L1).
+        match prepared.run_may_block(classify(body)).await {
             Ok(result) => {
                 let status = context
                     .last_outcome()
@@ -232,6 +273,12 @@ impl McpCall {
     /// `mcp-session:`), else none (M3).
     fn conversation(&self) -> Result<Option<String>, MetaProblem> {
         let from_meta = meta_string(&self.meta, &self.settings.conversation_meta_key)?;
+        if from_meta.is_some_and(|id| id.starts_with(SESSION_PREFIX)) {
+            return Err(MetaProblem::Reserved {
+                name: self.settings.conversation_meta_key.to_string(),
+                prefix: SESSION_PREFIX,
+            });
+        }
         Ok(match (from_meta, &self.session) {
             (Some(id), _) => Some(id.to_owned()),
             (None, Some(session)) => Some(format!("{SESSION_PREFIX}{session}")),

@@ -13,9 +13,9 @@ use crate::spec::ToolSpec;
 /// through (M9). A hand-written tool that calls `McpCall::run` sets it the same way.
 ///
 /// ```
-/// # extern crate idem_runtime as idem;
-/// use idem::integrations::rmcp::tool_meta;
-/// use idem::ToolSpec;
+/// # extern crate idem_runtime as idem_agent;
+/// use idem_agent::integrations::rmcp::tool_meta;
+/// use idem_agent::ToolSpec;
 /// static SPEC: ToolSpec = ToolSpec::new("send_refund");
 /// let meta = tool_meta(None, &SPEC);
 /// assert_eq!(meta["idem/idempotent"], serde_json::json!({"scope": "conversation"}));

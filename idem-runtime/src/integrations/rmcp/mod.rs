@@ -68,8 +68,9 @@
 //!   [`retryable_error`] only if its effect did not happen, and [`outcome_unknown_error`]
 //!   if it may have. A future dropped for another reason (the runtime shutting down)
 //!   follows U4 unchanged.
-//! - **Engine.** The engine an [`IdempotentServer`] was given, else the tool's own
-//!   `store = …`, else the process default (`IDEM_STORE`), as for every idem call.
+//! - **Engine.** The tool's own `store = …` (an `#[idempotent]` option), else the engine an
+//!   [`IdempotentServer`] was given, else the process default (`IDEM_STORE`), as for every
+//!   idem call (the tool's store wins, as it wins over a call context's engine).
 //!
 //! # Example: the wire
 //!
@@ -78,11 +79,11 @@
 //! client library): the same `tools/call` twice in one conversation runs the tool once.
 //!
 //! ```
-//! # extern crate idem_runtime as idem;
+//! # extern crate idem_runtime as idem_agent;
 //! use std::sync::atomic::{AtomicUsize, Ordering};
 //! use std::sync::Arc;
-//! use idem::integrations::rmcp::IdempotentServer;
-//! use idem::Engine;
+//! use idem_agent::integrations::rmcp::IdempotentServer;
+//! use idem_agent::Engine;
 //! use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Tool};
 //! use rmcp::{service::RequestContext, ErrorData, RoleServer, ServerHandler, ServiceExt};
 //! use serde_json::{json, Value};

@@ -16,6 +16,9 @@ pub(crate) enum MetaProblem {
     Empty { name: String },
     /// A client key longer than [`MAX_CLIENT_KEY_CHARS`] characters.
     TooLong { name: String, chars: usize },
+    /// A conversation id in the form idem gives the MCP session's (`mcp-session:…`), which
+    /// a client may not choose: it would name another session's conversation (M3).
+    Reserved { name: String, prefix: &'static str },
 }
 
 impl MetaProblem {
@@ -30,6 +33,9 @@ impl MetaProblem {
             ),
             MetaProblem::TooLong { name, chars } => format!(
                 "`_meta.{name}` is {chars} characters long; an idempotency key has at most {MAX_CLIENT_KEY_CHARS}; the tool did not run"
+            ),
+            MetaProblem::Reserved { name, prefix } => format!(
+                "`_meta.{name}` may not start with `{prefix}`: that form names an MCP session's own conversation; choose another id; the tool did not run"
             ),
         }
     }

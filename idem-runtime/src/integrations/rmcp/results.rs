@@ -18,8 +18,8 @@ use crate::outcome::CallStatus;
 /// (`isError: true`, `text`) whose `_meta` says `"idem/retryable": true`.
 ///
 /// ```
-/// # extern crate idem_runtime as idem;
-/// use idem::integrations::rmcp::retryable_error;
+/// # extern crate idem_runtime as idem_agent;
+/// use idem_agent::integrations::rmcp::retryable_error;
 /// let result = retryable_error("the bank refused the connection; nothing was sent");
 /// assert_eq!(result.is_error, Some(true));
 /// assert_eq!(result.meta.unwrap()["idem/retryable"], true);
@@ -35,8 +35,8 @@ pub fn retryable_error(text: impl Into<String>) -> CallToolResult {
 /// `"idem/outcomeUnknown": true`.
 ///
 /// ```
-/// # extern crate idem_runtime as idem;
-/// use idem::integrations::rmcp::outcome_unknown_error;
+/// # extern crate idem_runtime as idem_agent;
+/// use idem_agent::integrations::rmcp::outcome_unknown_error;
 /// let result = outcome_unknown_error("the bank timed out after the refund was sent");
 /// assert_eq!(result.meta.unwrap()["idem/outcomeUnknown"], true);
 /// ```
@@ -114,8 +114,18 @@ pub(crate) fn layer_error(
 
 /// A tool error for a `_meta` member that is present but unusable (M3, M4).
 pub(crate) fn bad_meta(text: String) -> CallToolResult {
+    refusal("bad_meta", text)
+}
+
+/// A tool error for a tool whose `key(…)`/`skip(…)` name a member its arguments do not
+/// have (M2): every call fails until the attribute is fixed.
+pub(crate) fn bad_configuration(text: String) -> CallToolResult {
+    refusal("bad_configuration", text)
+}
+
+fn refusal(code: &'static str, text: String) -> CallToolResult {
     let mut meta = MetaObject::new();
-    meta.insert(ERROR.to_owned(), Value::from("bad_meta"));
+    meta.insert(ERROR.to_owned(), Value::from(code));
     CallToolResult::error(vec![ContentBlock::text(text)]).with_meta(Some(meta))
 }
 

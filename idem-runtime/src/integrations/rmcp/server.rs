@@ -48,10 +48,10 @@ use crate::spec::{OnCancel, ToolSpec};
 /// it with `#[tool_handler]`, or implement `get_tool`.
 ///
 /// ```
-/// # extern crate idem_runtime as idem;
+/// # extern crate idem_runtime as idem_agent;
 /// use std::time::Duration;
-/// use idem::integrations::rmcp::IdempotentServer;
-/// use idem::{Engine, Scope};
+/// use idem_agent::integrations::rmcp::IdempotentServer;
+/// use idem_agent::{Engine, Scope};
 /// use rmcp::ServerHandler;
 ///
 /// struct Payments; // in practice a `#[tool_router]` + `#[tool_handler]` server
