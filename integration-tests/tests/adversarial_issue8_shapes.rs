@@ -32,6 +32,7 @@ static STATIC_RUNS: AtomicUsize = AtomicUsize::new(0);
 #[derive(Clone)]
 struct Odd {
     runs: Arc<AtomicUsize>,
+    #[allow(dead_code)]
     tool_router: ToolRouter<Self>,
 }
 
