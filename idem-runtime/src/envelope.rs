@@ -60,6 +60,20 @@ impl Envelope {
         ))))
     }
 
+    /// `value` as a replay will return it: encoded as the saved outcome is, then decoded.
+    /// Equal to `value` except for the order of object members, which the envelope sorts:
+    /// a build with serde_json's `preserve_order` (a dependency such as genai turns it on)
+    /// keeps a live map's insertion order, and a replay's is sorted. Integrations whose
+    /// caller compares the first answer with a replay byte for byte (MCP results, rig
+    /// outputs) hand the first caller this form. `value` itself when it cannot round-trip
+    /// (its saving failed too, and is reported there).
+    pub fn as_replayed<T: Serialize + DeserializeOwned>(value: T) -> T {
+        match Self::encode_ok(&value).map(|envelope| envelope.decode::<T, T>()) {
+            Ok(Ok(Ok(replayed))) => replayed,
+            _ => value,
+        }
+    }
+
     /// Decodes the saved outcome as the tool's `Result<T, E>`.
     ///
     /// # Errors

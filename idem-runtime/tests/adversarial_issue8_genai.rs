@@ -27,6 +27,7 @@ fn gemini_response(args: Value) -> ChatResponse {
 // (`id_synthesized: false`), so the second turn's roll replays the first's. The JSON
 // dispatcher reading the same Gemini responses labels positional ids per response
 // (responseId, or a random label) precisely to avoid this (parse/gemini.rs).
+// pins O9, K7, K9 (a defect the adversarial review of issue 8 found; fixed)
 #[tokio::test]
 async fn adv8_genai_synthetic_gemini_ids_make_call_scoped_turns_replay() {
     let log = EffectLog::new();

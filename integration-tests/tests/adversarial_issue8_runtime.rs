@@ -70,6 +70,7 @@ async fn connect_in_session(server: Shop, session: &'static str) -> Client {
 // conversation id". A client of session B that sends `_meta.conversationId =
 // "mcp-session:<A's session id>"` is in session A's conversation: it gets A's saved refund
 // back (and could block or conflict A's keys).
+// pins M3 (a defect the adversarial review of issue 8 found; fixed)
 #[tokio::test]
 async fn adv8_a_client_chosen_conversation_id_can_name_another_session() {
     let runs = Runs::default();
@@ -329,6 +330,7 @@ impl ServerHandler for Blocking {}
 // attribute runs a sync body with `run_blocking` and the renewal thread). After the lease,
 // a duplicate takes the key over and runs the transfer a second time while the first still
 // runs.
+// pins M10a, L1, S2 (a defect the adversarial review of issue 8 found; fixed)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn adv8_a_sync_rmcp_tool_longer_than_its_lease_is_taken_over() {
     let runs = Arc::new(AtomicUsize::new(0));
@@ -387,6 +389,7 @@ impl ServerHandler for PlainBlocking {}
 
 // The same under `IdempotentServer` (M10): the server polls the heartbeat in the future
 // that runs the inner handler, which a sync tool blocks.
+// pins M10a, L1, S2 (a defect the adversarial review of issue 8 found; fixed)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn adv8_a_sync_tool_under_the_server_longer_than_its_lease_is_taken_over() {
     let runs = Arc::new(AtomicUsize::new(0));

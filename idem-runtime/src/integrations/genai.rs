@@ -9,6 +9,15 @@
 //! [`GenaiToolResults::append_to`] appends both to the next [`ChatRequest`]. The same
 //! response dispatched again (a retried turn) replays every call's saved outcome.
 //!
+//! One exception, for `scope = "call"` tools (keyed by the provider's tool-call id): when
+//! Gemini sends a call without an id, genai makes one up, `call#<fn_name>#<index>`, the
+//! same in every response. Read literally, a later turn's die roll would replay an earlier
+//! turn's. Such a call is keyed by `<label>:<genai's id>` instead, with a label drawn at
+//! random for each dispatch (genai keeps no response id), as the JSON Gemini parser labels
+//! its own positional ids: a call-scoped tool of such a call runs again when the same
+//! response is dispatched again. Conversation-scoped tools (the default) are not affected,
+//! and the `ToolResponse` carries genai's id either way.
+//!
 //! ```
 //! # extern crate idem_runtime as idem_agent;
 //! # use genai::chat::{ChatResponse, MessageContent, ToolCall};
@@ -224,20 +233,41 @@ impl Dispatcher {
         calls: Vec<&ToolCall>,
         conversation: &Conversation,
     ) -> Result<(Vec<ToolResponse>, TurnOutcome), GenaiDispatchError> {
-        let turn = genai_turn(&calls)?;
+        let turn = genai_turn(&calls, &random_label())?;
         let outcome = self.dispatch_turn(&turn, conversation).await;
         let responses = outcome
             .calls
             .iter()
-            .map(tool_response)
+            .zip(&calls)
+            .map(|(report, call)| tool_response(report, &call.call_id))
             .collect::<Result<_, _>>()?;
         Ok((responses, outcome))
     }
 }
 
+/// A label for the calls genai gave made-up ids: 16 random hex digits, new for each
+/// dispatch (genai keeps no response id to label them by).
+fn random_label() -> String {
+    format!("{:016x}", uuid::Uuid::new_v4().as_u64_pair().0)
+}
+
+/// Whether `call_id` is the stand-in genai's Gemini adapter makes for a call Gemini sent
+/// without an id: `call#<fn_name>#<index in the response>` (genai 0.7's Gemini adapter).
+/// Such an id is the same in every response, so it is no call's identity (K7, K9).
+fn is_genai_stand_in(call_id: &str, fn_name: &str) -> bool {
+    call_id
+        .strip_prefix("call#")
+        .and_then(|rest| rest.strip_prefix(fn_name))
+        .and_then(|rest| rest.strip_prefix('#'))
+        .is_some_and(|index| !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// The calls as one turn. Results take OpenAI Chat's shape (`tool_call_id`, text
-/// `content`), which is what a `ToolResponse` holds.
-fn genai_turn(calls: &[&ToolCall]) -> Result<Turn, GenaiDispatchError> {
+/// `content`), which is what a `ToolResponse` holds. A call whose id is genai's stand-in
+/// for a Gemini call without one gets the id `<label>:<stand-in>`, marked synthesized, as
+/// the Gemini parser labels positional ids per response: two responses' calls never share
+/// a `scope = "call"` key (K7, K9). The `ToolResponse` still carries genai's id.
+fn genai_turn(calls: &[&ToolCall], label: &str) -> Result<Turn, GenaiDispatchError> {
     let calls_path = JsonPath::root().key("tool_calls");
     let calls = calls
         .iter()
@@ -255,10 +285,15 @@ fn genai_turn(calls: &[&ToolCall]) -> Result<Turn, GenaiDispatchError> {
                 Value::Null => object_member(None, &arguments_path, true),
                 other => object_member(Some(other), &arguments_path, true),
             };
+            let stand_in = is_genai_stand_in(&call.call_id, &call.fn_name);
             Ok(crate::dispatch::ToolCall {
                 provider: Provider::OpenAiChat,
-                id: call.call_id.clone(),
-                id_synthesized: false,
+                id: if stand_in {
+                    format!("{label}:{}", call.call_id)
+                } else {
+                    call.call_id.clone()
+                },
+                id_synthesized: stand_in,
                 name: call.fn_name.clone(),
                 arguments,
                 request_id: None,
@@ -274,14 +309,30 @@ fn genai_turn(calls: &[&ToolCall]) -> Result<Turn, GenaiDispatchError> {
 
 /// The call's D5 result (`{"role":"tool","tool_call_id","content"}`) as a `ToolResponse`
 /// carrying the tool's name (Gemini matches responses by name).
-fn tool_response(report: &CallReport) -> Result<ToolResponse, GenaiDispatchError> {
+fn tool_response(report: &CallReport, call_id: &str) -> Result<ToolResponse, GenaiDispatchError> {
     match report.result.get("content").and_then(Value::as_str) {
         Some(content) => {
-            Ok(ToolResponse::new(report.id.clone(), content).with_fn_name(report.tool.clone()))
+            Ok(ToolResponse::new(call_id.to_owned(), content).with_fn_name(report.tool.clone()))
         }
         None => Err(GenaiDispatchError::ResultConversion {
-            call_id: report.id.clone(),
+            call_id: call_id.to_owned(),
             result: report.result.to_string(),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_genai_stand_in;
+
+    // pins K7, K9: only genai's own stand-in for an id-less Gemini call is relabelled
+    #[test]
+    fn recognises_genais_stand_in_ids() {
+        assert!(is_genai_stand_in("call#roll_die#0", "roll_die"));
+        assert!(is_genai_stand_in("call#roll_die#12", "roll_die"));
+        assert!(!is_genai_stand_in("call#roll_die#", "roll_die"));
+        assert!(!is_genai_stand_in("call#roll_die#x", "roll_die"));
+        assert!(!is_genai_stand_in("call#other#0", "roll_die"));
+        assert!(!is_genai_stand_in("call_abc123", "roll_die"));
     }
 }

@@ -96,7 +96,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::call::prepare;
 use crate::context::CallContext;
-use crate::outcome::CallRecord;
+use crate::envelope::Envelope;
+use crate::outcome::{CallRecord, CallStatus};
 use crate::scope::Scope;
 use crate::spec::{OnCancel, ToolSpec};
 
@@ -424,6 +425,14 @@ where
                     .map_err(|error| IdempotentToolError::Tool(tool.map_error(error)))
             })
             .await;
+        // The first caller gets the output as a replay will return it (R1).
+        let executed = own
+            .last_outcome()
+            .is_some_and(|record| record.status != CallStatus::Replayed);
+        let outcome = match outcome {
+            Ok(output) if executed => Ok(Envelope::as_replayed(output)),
+            other => other,
+        };
         if let Some(record) = own.last_outcome() {
             if let Some(host) = &host {
                 host.set_last_outcome(record.clone());

@@ -22,6 +22,7 @@ use crate::args::ArgsBuilder;
 use crate::call::{prepare, PreparedCall};
 use crate::canonical::CanonicalError;
 use crate::context::{AttemptRecord, CallContext, DerivedKey};
+use crate::envelope::Envelope;
 use crate::error::Error;
 use crate::key::{derive_key, ScopeComponent};
 use crate::outcome::CallStatus;
@@ -223,6 +224,11 @@ impl McpCall {
                 let status = context
                     .last_outcome()
                     .map_or(CallStatus::Executed, |record| record.status);
+                // The first caller gets the result as a replay will return it (M5).
+                let result = match status {
+                    CallStatus::Replayed => result,
+                    _ => Envelope::as_replayed(result),
+                };
                 Ok(with_status(result, status_name(status), &key).into())
             }
             Err(McpFailure::Idem(error)) => Ok(layer_error(&error, Some(&key), refused).into()),
