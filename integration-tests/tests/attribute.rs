@@ -248,3 +248,39 @@ async fn the_server_wrapper_defers_to_the_attribute() {
     assert_eq!(runs.load(Ordering::SeqCst), 2);
     client.cancel().await.unwrap();
 }
+
+// pins M3, M9: the conversation member an `IdempotentServer` is configured with
+// (`threadId`) is the one its annotated tools read too
+#[tokio::test]
+async fn annotated_tools_read_the_servers_conversation_member() {
+    let server = IdempotentServer::builder(Refunds::default())
+        .conversation_meta_key("threadId")
+        .build()
+        .unwrap();
+    let client = connect(server).await;
+    let thread = json!({"threadId": "attr-thread-1"});
+    let first = client
+        .call_tool(call("send_refund", refund("t1", 5), thread.clone()))
+        .await
+        .unwrap();
+    let retry = client
+        .call_tool(call("send_refund", refund("t1", 5), thread))
+        .await
+        .unwrap();
+    assert_eq!(meta(&first, "idem/status"), "executed", "{first:?}");
+    assert_eq!(meta(&retry, "idem/status"), "replayed");
+    let other_member = client
+        .call_tool(call(
+            "send_refund",
+            refund("t1", 5),
+            json!({"conversationId": "attr-thread-1"}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(meta(&other_member, "idem/error"), "missing_scope");
+    assert!(
+        text(&other_member).contains("_meta.threadId"),
+        "{other_member:?}"
+    );
+    client.cancel().await.unwrap();
+}
