@@ -312,9 +312,19 @@ async fn no_conversation_is_missing_scope() {
     assert!(outcome.is_none());
     let error = result.error().expect("an error result");
     assert_eq!(error.code(), Some("idem.missing_scope"));
-    assert_eq!(
-        error.message(),
-        "tool `send_refund` is keyed by scope `conversation`, but no conversation value is in force for this call: set it on the idem_agent::CallContext"
+    assert!(
+        error.message().starts_with(
+            "tool `send_refund` is keyed by scope `conversation`, but no conversation value is in force for this call"
+        ),
+        "{}",
+        error.message()
+    );
+    // It says where a rig host names the conversation.
+    assert!(
+        error.message().contains("context.insert(Conversation::new(")
+            && error.message().contains(".conversation("),
+        "{}",
+        error.message()
     );
     assert_eq!(error.retryable(), Some(false));
     // Typed: the layer's own error.

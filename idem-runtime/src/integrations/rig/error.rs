@@ -104,7 +104,14 @@ impl IdempotentToolError {
                     .ok()
                     .and_then(|v| v.get("kind").and_then(|k| k.as_str()).map(str::to_owned))
                     .unwrap_or_else(|| "error".to_owned());
-                ToolExecutionError::new(kind, error.to_string())
+                let mut message = error.to_string();
+                if matches!(error, Error::MissingScope { .. }) {
+                    // Where a rig host says which conversation a call belongs to (R3).
+                    message.push_str(
+                        "; for a rig tool, put the conversation in the run's ToolContext (context.insert(Conversation::new(\"…\"))), run the agent inside a CallContext that has one, or set it on the wrapper (.conversation(\"…\"))",
+                    );
+                }
+                ToolExecutionError::new(kind, message)
                     .with_retryable(error.is_transient())
                     .with_code(format!("idem.{code}"))
                     .with_source(error)
