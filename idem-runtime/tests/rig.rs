@@ -321,7 +321,9 @@ async fn no_conversation_is_missing_scope() {
     );
     // It says where a rig host names the conversation.
     assert!(
-        error.message().contains("context.insert(Conversation::new(")
+        error
+            .message()
+            .contains("context.insert(Conversation::new(")
             && error.message().contains(".conversation("),
         "{}",
         error.message()
