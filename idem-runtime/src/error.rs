@@ -21,7 +21,7 @@ pub enum Error {
     /// The tool's scope needs a value (a conversation id, a tool-call id, a named scope
     /// value) and none is in force for this call. Raised before the body runs; the layer
     /// never falls back to a shared global key (K7). IETF draft: 400 (key missing).
-    #[error("tool `{tool}` is keyed by scope `{scope}`, but no {scope} value is in force for this call: set it on the idem_agent::CallContext")]
+    #[error("tool `{tool}` is keyed by scope `{scope}`, but no {scope} value is in force for this call (an empty one counts as none): set it on the idem_agent::CallContext")]
     MissingScope {
         /// The tool's name (K6).
         tool: String,

@@ -41,7 +41,9 @@ impl Scope {
     ///
     /// # Errors
     /// [`Error::MissingScope`] when the scope needs a value and `context` is `None` or
-    /// has no such value (K7): never a silently shared key.
+    /// has no such value, or only an empty one (K7): never a silently shared key. (Several
+    /// frameworks default a missing thread id to `""`; read as a real id, it would make
+    /// every such conversation one.)
     pub fn resolve<'c>(
         &self,
         tool: &str,
@@ -54,14 +56,16 @@ impl Scope {
             Scope::Call => context.and_then(CallContext::tool_call_id),
             Scope::Named(name) => context.and_then(|c| c.scope_value(name)),
         };
-        let Some(value) = value else {
+        let Some(value) = value.filter(|value| !value.is_empty()) else {
             return Err(Error::MissingScope {
                 tool: tool.to_owned(),
                 scope: kind.to_owned(),
             });
         };
         let within = match self {
-            Scope::Call => context.and_then(CallContext::conversation_id),
+            Scope::Call => context
+                .and_then(CallContext::conversation_id)
+                .filter(|conversation| !conversation.is_empty()),
             _ => None,
         };
         Ok(ScopeComponent {
@@ -69,5 +73,35 @@ impl Scope {
             value: Some(value),
             within,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // pins K7: an empty scope value is none: MissingScope, never a key shared by every
+    // conversation (or call, or tenant) whose id defaulted to ""
+    #[test]
+    fn an_empty_value_is_missing() {
+        let empty = CallContext::new()
+            .with_conversation("")
+            .with_tool_call("")
+            .with_scope("tenant", "");
+        for scope in [Scope::Conversation, Scope::Call, Scope::Named("tenant")] {
+            let error = scope.resolve("refund", Some(&empty)).unwrap_err();
+            assert!(
+                matches!(&error, Error::MissingScope { scope: s, .. } if s == scope.kind()),
+                "{error:?}"
+            );
+        }
+        let with_call = CallContext::new()
+            .with_conversation("")
+            .with_tool_call("call_1");
+        let component = Scope::Call.resolve("refund", Some(&with_call)).unwrap();
+        assert_eq!(component.value, Some("call_1"));
+        assert_eq!(component.within, None, "an empty conversation is no conversation");
+        let real = CallContext::new().with_conversation("c-9");
+        assert!(Scope::Conversation.resolve("refund", Some(&real)).is_ok());
     }
 }

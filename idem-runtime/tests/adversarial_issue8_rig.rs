@@ -85,7 +85,7 @@ async fn adv8_rig_concurrent_duplicates_run_once() {
 // M3 (an MCP conversation id must be a non-empty string: `""` is `bad_meta`): a rig host
 // whose conversation id is the empty string (an unset session field) gets every call keyed
 // in one shared conversation `""` instead of `MissingScope`.
-#[ignore = "LIMITATION (issue 9): an empty conversation id is accepted as a real one by CallContext and the wrappers (K7); issue 9 treats it as missing"]
+// pins K7: an empty conversation id is none (found by the adversarial review of issue 8)
 #[tokio::test]
 async fn adv8_rig_empty_conversation_is_not_missing_scope() {
     let tool = Slow::default();
