@@ -100,7 +100,10 @@ mod tests {
             .with_tool_call("call_1");
         let component = Scope::Call.resolve("refund", Some(&with_call)).unwrap();
         assert_eq!(component.value, Some("call_1"));
-        assert_eq!(component.within, None, "an empty conversation is no conversation");
+        assert_eq!(
+            component.within, None,
+            "an empty conversation is no conversation"
+        );
         let real = CallContext::new().with_conversation("c-9");
         assert!(Scope::Conversation.resolve("refund", Some(&real)).is_ok());
     }
