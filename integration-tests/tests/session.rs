@@ -100,3 +100,38 @@ async fn a_session_is_the_conversation() {
     a.cancel().await.unwrap();
     b.cancel().await.unwrap();
 }
+
+// M3 says a session id is hashed as `mcp-session:<id>` "so it never equals a client-chosen
+// conversation id". A client of session B that sends `_meta.conversationId =
+// "mcp-session:<A's session id>"` is in session A's conversation: it gets A's saved refund
+// back (and could block or conflict A's keys).
+// pins M3 (a defect the adversarial review of issue 8 found; fixed)
+#[tokio::test]
+async fn a_client_cannot_name_another_sessions_conversation() {
+    let runs = Runs::default();
+    let args = json!({"order_id": "o_adv8_session", "amount_cents": 5});
+    let a = connect_in_session(Shop::new(runs.clone()), "adv8-session-a").await;
+    let first = a
+        .call_tool(call("send_refund", args.clone(), json!(null)))
+        .await
+        .unwrap();
+    assert_eq!(meta(&first, "idem/status"), "executed");
+    let b = connect_in_session(Shop::new(runs.clone()), "adv8-session-b").await;
+    let spoofed = b
+        .call_tool(call(
+            "send_refund",
+            args,
+            json!({"conversationId": "mcp-session:adv8-session-a"}),
+        ))
+        .await
+        .unwrap();
+    assert_ne!(
+        meta(&spoofed, "idem/key"),
+        meta(&first, "idem/key"),
+        "a client-chosen conversation id equals session A's conversation ({}: {})",
+        meta(&spoofed, "idem/status"),
+        text(&spoofed)
+    );
+    a.cancel().await.unwrap();
+    b.cancel().await.unwrap();
+}

@@ -180,16 +180,13 @@ impl ClaimedCall {
 
     /// Runs the body as this claim's owner, renewing the lease alongside it (L1), and
     /// finishes: saves its outcome, or marks it unknown, or releases (S4, U1).
-    pub async fn run<T, E, Fut>(mut self, body: Fut) -> Result<T, E>
+    pub async fn run<T, E, Fut>(self, body: Fut) -> Result<T, E>
     where
         T: Serialize,
         E: IdempotentError,
         Fut: Future<Output = Result<T, E>>,
     {
-        self.body_begins();
-        let body = self.body_context().run(body);
-        let outcome = Heartbeat::alongside(self.heartbeat.as_ref(), body).await;
-        self.finish(outcome, CallStatus::Executed).await
+        self.run_body(body, false).await
     }
 
     /// [`run`](Self::run) for an async body that may block its thread inside a poll (a
@@ -197,7 +194,18 @@ impl ClaimedCall {
     /// each poll runs, idem's renewal thread renews the lease too, so a body that never
     /// returns `Pending` keeps its claim however long it blocks (L1). Costs a registration
     /// with the renewal thread per poll.
-    pub async fn run_may_block<T, E, Fut>(mut self, body: Fut) -> Result<T, E>
+    pub async fn run_may_block<T, E, Fut>(self, body: Fut) -> Result<T, E>
+    where
+        T: Serialize,
+        E: IdempotentError,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        self.run_body(body, true).await
+    }
+
+    /// The body, its heartbeat (also served by the renewal thread during each poll when the
+    /// body `may_block`), then the finishing write.
+    async fn run_body<T, E, Fut>(mut self, body: Fut, may_block: bool) -> Result<T, E>
     where
         T: Serialize,
         E: IdempotentError,
@@ -205,7 +213,7 @@ impl ClaimedCall {
     {
         self.body_begins();
         let body = self.body_context().run(body);
-        let outcome = Heartbeat::alongside_blocking(self.heartbeat.as_ref(), body).await;
+        let outcome = Heartbeat::alongside_with(self.heartbeat.as_ref(), body, may_block).await;
         self.finish(outcome, CallStatus::Executed).await
     }
 

@@ -136,20 +136,13 @@ impl Heartbeat {
         Self::alongside_with(heartbeat, work, false).await
     }
 
-    /// [`alongside`](Self::alongside), for work that may block its thread inside a poll (an
-    /// MCP tool whose handler runs a sync fn inline, where the future never returns
-    /// `Pending` while the body runs): for the length of each poll the heartbeat is also in
-    /// this thread's slot of the renewal service ([`register`](Self::register)), which
-    /// renews it on schedule if the poll outlasts a heartbeat. Costs a registration (two
-    /// short lock holds) per poll.
-    pub(crate) async fn alongside_blocking<F: Future>(
-        heartbeat: Option<&Heartbeat>,
-        work: F,
-    ) -> F::Output {
-        Self::alongside_with(heartbeat, work, true).await
-    }
-
-    async fn alongside_with<F: Future>(
+    /// [`alongside`](Self::alongside), and with `may_block` for work that may block its
+    /// thread inside a poll (an MCP tool whose handler runs a sync fn inline, where the
+    /// future never returns `Pending` while the body runs): for the length of each poll the
+    /// heartbeat is also in this thread's slot of the renewal service
+    /// ([`register`](Self::register)), which renews it on schedule if the poll outlasts a
+    /// heartbeat. Costs a registration (two short lock holds) per poll.
+    pub(crate) async fn alongside_with<F: Future>(
         heartbeat: Option<&Heartbeat>,
         work: F,
         may_block: bool,
