@@ -7,8 +7,11 @@
 //!           | "heartbeat" "=" STRING | "on_cancel" "=" ("\"hold\"" | "\"release\"")
 //!           | "reconcile" "=" PATH
 //!           | "name" "=" STRING | "store" "=" STRING | "dispatch" "=" BOOL
-//!           | "skip" "(" idents ")" | "key" "(" idents ")"
+//!           | "skip" "(" idents ")" | "key" "(" idents ")" | "audit"
 //! ```
+//!
+//! A scope `STRING` is one scope name or several joined by `+`, outermost first
+//! (`"tenant+conversation"`, K7).
 //!
 //! `PATH` is an expression path naming a fn (`check_refund`, `Self::check_refund`,
 //! `crate::bank::check_refund`), not a string.
@@ -39,6 +42,25 @@ pub(crate) enum ScopeKind {
     Global,
     Call,
     Named(String),
+    /// `tenant+conversation`: two or more of `conversation` and named scopes (K7).
+    Composite(Vec<ScopeKind>),
+}
+
+impl ScopeKind {
+    /// The name as written: `conversation`, `tenant`, `tenant+conversation`.
+    pub(crate) fn name(&self) -> String {
+        match self {
+            ScopeKind::Conversation => "conversation".to_owned(),
+            ScopeKind::Global => "global".to_owned(),
+            ScopeKind::Call => "call".to_owned(),
+            ScopeKind::Named(name) => name.clone(),
+            ScopeKind::Composite(parts) => parts
+                .iter()
+                .map(ScopeKind::name)
+                .collect::<Vec<_>>()
+                .join("+"),
+        }
+    }
 }
 
 /// What happens to a claim whose body was cancelled (its future dropped) or panicked after
@@ -75,6 +97,8 @@ pub(crate) struct Options {
     pub key: Option<ArgList>,
     pub dispatch: Option<Spanned<bool>>,
     pub store: Option<StoreOption>,
+    /// `audit`: records keep the canonical key arguments (P2).
+    pub audit: Option<Span>,
     /// `crate = "path"`: where the generated code finds the facade, instead of looking it
     /// up in the user's `Cargo.toml` (`facade.rs`).
     pub krate: Option<syn::Path>,
@@ -108,6 +132,7 @@ const OPTIONS: &[&str] = &[
     "dispatch",
     "store",
     "crate",
+    "audit",
 ];
 
 /// Parses the attribute's arguments. Returns what parsed, and the errors (combined) if
@@ -163,6 +188,13 @@ fn parse_options(
             seen.push(option_name.clone());
         }
         match option_name.as_str() {
+            "audit" => {
+                if repeated {
+                    errors.at(option.span(), duplicate(&option_name));
+                } else {
+                    options.audit = Some(option.span());
+                }
+            }
             "skip" | "key" => {
                 let list = parse_arg_list(input, &option)?;
                 if repeated {
@@ -317,7 +349,7 @@ fn set_value(options: &mut Options, option: &str, value: &Expr) -> syn::Result<(
         "scope" => {
             let lit = string_literal(value, option, "\"conversation\"")?;
             options.scope = Some(Spanned {
-                value: parse_scope(&lit)?,
+                value: parse_scope_option(&lit)?,
                 span: lit.span(),
             });
         }
@@ -487,6 +519,38 @@ fn reconcile_path(value: &Expr) -> syn::Result<ExprPath> {
 }
 
 const BUILTIN_SCOPES: &[&str] = &["conversation", "global", "call"];
+
+/// One scope name, or a composite of several joined by `+` (K7): each part is a scope name
+/// ([`parse_scope`]), `conversation` or user-named, each at most once.
+fn parse_scope_option(lit: &LitStr) -> syn::Result<ScopeKind> {
+    let text = lit.value();
+    if !text.contains('+') {
+        return parse_scope(lit);
+    }
+    let mut parts = Vec::new();
+    for name in text.split('+') {
+        let part = parse_scope(&LitStr::new(name, lit.span()))?;
+        let refused = match part {
+            ScopeKind::Global => Some("`global` has no value"),
+            ScopeKind::Call => Some("`call` is keyed within its conversation already"),
+            _ => None,
+        };
+        if let Some(why) = refused {
+            return Err(syn::Error::new(
+                lit.span(),
+                format!("`{name}` cannot be part of a composite scope ({why}); compose `conversation` and scopes of your own, like \"tenant+conversation\""),
+            ));
+        }
+        if parts.contains(&part) {
+            return Err(syn::Error::new(
+                lit.span(),
+                format!("scope `{name}` is named twice in \"{text}\""),
+            ));
+        }
+        parts.push(part);
+    }
+    Ok(ScopeKind::Composite(parts))
+}
 
 /// `conversation`, `global`, `call`, or a user-named scope (`tenant`): letters, digits,
 /// `_`, `-` and `.`, starting with a letter.

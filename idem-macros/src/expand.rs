@@ -207,12 +207,14 @@ pub(crate) fn spec(options: &Options, tool_name: &str) -> TokenStream {
 /// The `ToolSpec { … }` expression of the options, and the store check to emit with it.
 pub(crate) fn spec_literal(options: &Options, tool_name: &str) -> (TokenStream, TokenStream) {
     let idem = &options.facade;
-    let scope = match options.scope.as_ref().map(|s| &s.value) {
-        None | Some(ScopeKind::Conversation) => quote!(#idem::Scope::Conversation),
-        Some(ScopeKind::Global) => quote!(#idem::Scope::Global),
-        Some(ScopeKind::Call) => quote!(#idem::Scope::Call),
-        Some(ScopeKind::Named(name)) => quote!(#idem::Scope::Named(#name)),
-    };
+    let scope = scope_expr(
+        idem,
+        options
+            .scope
+            .as_ref()
+            .map_or(&ScopeKind::Conversation, |s| &s.value),
+    );
+    let audit = options.audit.is_some();
     let ttl = duration(options.ttl.as_ref(), quote!(#idem::ToolSpec::DEFAULT_TTL));
     let lease = duration(
         options.lease.as_ref(),
@@ -256,9 +258,25 @@ pub(crate) fn spec_literal(options: &Options, tool_name: &str) -> (TokenStream, 
             on_cancel: #on_cancel,
             reconcile: #reconcile,
             store: #store,
+            audit: #audit,
         }
     };
     (literal, store_check)
+}
+
+/// The `Scope` expression of a scope option (K7).
+fn scope_expr(idem: &TokenStream, scope: &ScopeKind) -> TokenStream {
+    match scope {
+        ScopeKind::Conversation => quote!(#idem::Scope::Conversation),
+        ScopeKind::Global => quote!(#idem::Scope::Global),
+        ScopeKind::Call => quote!(#idem::Scope::Call),
+        ScopeKind::Named(name) => quote!(#idem::Scope::Named(#name)),
+        ScopeKind::Composite(parts) => {
+            let kind = scope.name();
+            let parts = parts.iter().map(|part| scope_expr(idem, part));
+            quote!(#idem::Scope::Composite { kind: #kind, parts: &[#(#parts),*] })
+        }
+    }
 }
 
 /// C1: adds one key or fingerprint argument through a trait defined on the spot, whose

@@ -16,6 +16,7 @@ use std::task::{Context, Poll};
 use crate::attempt::AttemptInfo;
 use crate::engine::Engine;
 use crate::key::{Fingerprint, IdempotencyKey};
+use crate::label::RecordLabel;
 use crate::outcome::CallRecord;
 
 /// Conversation id, tool-call id, named scope values and engine for the calls made under
@@ -274,6 +275,8 @@ pub struct DerivedKey {
     pub key: IdempotencyKey,
     /// The fingerprint.
     pub fingerprint: Fingerprint,
+    /// The record label the first attempt derived (P1), stored by every attempt's claim.
+    pub label: RecordLabel,
 }
 
 /// One dispatched tool call's record across its attempts (K9): the first attempt stores

@@ -33,6 +33,13 @@ use crate::store::{Store, StoreConfigError, StoreError, StoreLocator};
 /// locator](crate::store::locator) such as `sqlite:/var/lib/agent/idem.db`.
 pub const STORE_ENV_VAR: &str = "IDEM_STORE";
 
+/// The environment variable that names the default engine's namespace (K11); read by
+/// [`default_engine`] and [`EngineBuilder::namespace_from_env`].
+pub const NAMESPACE_ENV_VAR: &str = "IDEM_NAMESPACE";
+
+/// The longest namespace, in bytes (K11).
+pub const NAMESPACE_MAX_LEN: usize = 128;
+
 /// A store and a clock. Cheap to clone (two `Arc`s).
 ///
 /// ```
@@ -46,6 +53,7 @@ pub const STORE_ENV_VAR: &str = "IDEM_STORE";
 pub struct Engine {
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
+    namespace: Option<Arc<str>>,
 }
 
 impl Engine {
@@ -54,12 +62,17 @@ impl Engine {
         Engine {
             store: Arc::new(store),
             clock: Arc::new(clock),
+            namespace: None,
         }
     }
 
     /// An engine over shared handles, for tests that inspect the store or move the clock.
     pub fn from_shared(store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Self {
-        Engine { store, clock }
+        Engine {
+            store,
+            clock,
+            namespace: None,
+        }
     }
 
     /// An in-memory store with the system clock.
@@ -102,11 +115,17 @@ impl Engine {
         &self.clock
     }
 
-    /// This engine's clock with `store`.
+    /// The namespace that enters every key this engine derives (K11), if any.
+    pub fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+
+    /// This engine's clock and namespace with `store`.
     pub(crate) fn with_store(&self, store: Arc<dyn Store>) -> Self {
         Engine {
             store,
             clock: self.clock.clone(),
+            namespace: self.namespace.clone(),
         }
     }
 }
@@ -116,6 +135,7 @@ impl fmt::Debug for Engine {
         f.debug_struct("Engine")
             .field("store", &self.store)
             .field("clock", &self.clock)
+            .field("namespace", &self.namespace)
             .finish()
     }
 }
@@ -126,6 +146,15 @@ impl fmt::Debug for Engine {
 pub struct EngineBuilder {
     store: StoreChoice,
     clock: Option<Arc<dyn Clock>>,
+    namespace: NamespaceChoice,
+}
+
+#[derive(Default)]
+enum NamespaceChoice {
+    #[default]
+    None,
+    Given(String),
+    Env,
 }
 
 #[derive(Default)]
@@ -164,6 +193,21 @@ impl EngineBuilder {
         self
     }
 
+    /// Derives every key in `namespace` (K11): two engines with different namespaces never
+    /// share a record, even on one store. 1–[`NAMESPACE_MAX_LEN`] printable ASCII
+    /// characters, checked by [`build`](Self::build).
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = NamespaceChoice::Given(namespace.into());
+        self
+    }
+
+    /// Uses the namespace named by `IDEM_NAMESPACE`, read by [`build`](Self::build); none
+    /// if it is unset.
+    pub fn namespace_from_env(mut self) -> Self {
+        self.namespace = NamespaceChoice::Env;
+        self
+    }
+
     /// Uses `clock` (a [`ManualClock`](crate::testkit::ManualClock) in tests).
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Some(Arc::new(clock));
@@ -185,7 +229,16 @@ impl EngineBuilder {
             StoreChoice::Env => open_env_locator()?,
         };
         let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
-        Ok(Engine { store, clock })
+        let namespace = match self.namespace {
+            NamespaceChoice::None => None,
+            NamespaceChoice::Given(text) => Some(check_namespace(text, "the builder")?),
+            NamespaceChoice::Env => read_env_namespace()?,
+        };
+        Ok(Engine {
+            store,
+            clock,
+            namespace,
+        })
     }
 }
 
@@ -203,7 +256,30 @@ impl fmt::Debug for EngineBuilder {
         f.debug_struct("EngineBuilder")
             .field("store", &store)
             .field("clock", &self.clock)
-            .finish()
+            .finish_non_exhaustive()
+    }
+}
+
+/// `text` as a namespace, or the error naming where it came from (K11).
+fn check_namespace(text: String, origin: &str) -> Result<Arc<str>, StoreConfigError> {
+    let printable = text.bytes().all(|b| (0x20..0x7f).contains(&b));
+    if text.is_empty() || text.len() > NAMESPACE_MAX_LEN || !printable {
+        return Err(StoreConfigError::BadNamespace {
+            origin: origin.to_owned(),
+            namespace: text,
+        });
+    }
+    Ok(Arc::from(text))
+}
+
+/// The namespace in `IDEM_NAMESPACE` now, checked; `None` when the variable is unset.
+fn read_env_namespace() -> Result<Option<Arc<str>>, StoreConfigError> {
+    match std::env::var(NAMESPACE_ENV_VAR) {
+        Ok(text) => check_namespace(text, NAMESPACE_ENV_VAR).map(Some),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => Err(StoreConfigError::NotUnicode {
+            variable: NAMESPACE_ENV_VAR.to_owned(),
+        }),
     }
 }
 
@@ -256,9 +332,11 @@ pub fn default_engine() -> Result<Engine, StoreError> {
     let store = locator
         .and_then(|locator| locator.open())
         .map_err(|e| e.from_origin(STORE_ENV_VAR).into_store_error())?;
+    let namespace = read_env_namespace().map_err(StoreConfigError::into_store_error)?;
     let engine = Engine {
         store,
         clock: Arc::new(SystemClock),
+        namespace,
     };
     Ok(DEFAULT_ENGINE.get_or_init(|| engine).clone())
 }
@@ -323,6 +401,7 @@ pub(crate) fn tool_engine(
                 || Arc::new(SystemClock) as Arc<dyn Clock>,
                 |e| e.clock.clone(),
             ),
+            namespace: DEFAULT_ENGINE.get().and_then(|e| e.namespace.clone()),
         },
     })
 }

@@ -6,6 +6,9 @@
 //!                        ‖ frame(canonical key args) )
 //! fingerprint = SHA-256( frame("idem.fingerprint") ‖ frame(version)
 //!                        ‖ frame(canonical fingerprint args) )
+//! key in a namespace (K11):
+//!               SHA-256( frame("idem.key.ns") ‖ frame(version) ‖ frame(namespace)
+//!                        ‖ frame(scope kind) ‖ … as above )
 //! frame(b)    = len(b) as u64 big-endian ‖ b
 //! opt(v)      = 0x00 (absent) | 0x01 ‖ frame(v)
 //! version     = KEY_FORMAT_VERSION as u32 big-endian
@@ -153,13 +156,32 @@ fn versioned(domain: &str) -> Sha256 {
 }
 
 /// Derives the idempotency key of a call (K1): scope, tool name and the canonical JSON of
-/// its key arguments.
+/// its key arguments. The key of an engine without a namespace (K11).
 pub fn derive_key(
     scope: ScopeComponent<'_>,
     tool: &str,
     key_args: &CanonicalJson,
 ) -> IdempotencyKey {
-    let mut hasher = versioned("idem.key");
+    derive_key_in(None, scope, tool, key_args)
+}
+
+/// [`derive_key`] within an engine's namespace (K11). `None` is [`derive_key`]'s key; a
+/// namespace hashes under its own domain (`idem.key.ns`) followed by the namespace, so a
+/// namespaced key never equals an un-namespaced one, nor one of another namespace.
+pub fn derive_key_in(
+    namespace: Option<&str>,
+    scope: ScopeComponent<'_>,
+    tool: &str,
+    key_args: &CanonicalJson,
+) -> IdempotencyKey {
+    let mut hasher = match namespace {
+        None => versioned("idem.key"),
+        Some(namespace) => {
+            let mut hasher = versioned("idem.key.ns");
+            frame(&mut hasher, namespace.as_bytes());
+            hasher
+        }
+    };
     frame(&mut hasher, scope.kind.as_bytes());
     optional(&mut hasher, scope.value);
     optional(&mut hasher, scope.within);
@@ -214,6 +236,20 @@ mod tests {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
         assert_eq!(IdempotencyKey::from_hex(k.as_str()), Some(k.clone()));
         assert_eq!(IdempotencyKey::from_hex("ABC"), None);
+    }
+
+    // pins K11: a namespace enters the key; no namespace leaves it as it was
+    #[test]
+    fn namespaces_separate_keys() {
+        let args = to_canonical(&serde_json::json!({})).unwrap();
+        let scope = ScopeComponent::new("conversation", Some("c-1"));
+        let plain = derive_key(scope, "t", &args);
+        assert_eq!(derive_key_in(None, scope, "t", &args), plain);
+        let acme = derive_key_in(Some("acme"), scope, "t", &args);
+        let globex = derive_key_in(Some("globex"), scope, "t", &args);
+        assert_ne!(acme, plain);
+        assert_ne!(acme, globex);
+        assert_ne!(derive_key_in(Some(""), scope, "t", &args), plain);
     }
 
     // pins K6: the tool name is part of the key

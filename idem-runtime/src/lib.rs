@@ -21,9 +21,11 @@ pub mod engine;
 pub mod envelope;
 pub mod error;
 mod heartbeat;
+pub mod inspect;
 /// Integrations with agent frameworks, each behind its own cargo feature (off by default).
 pub mod integrations;
 pub mod key;
+pub mod label;
 #[doc(hidden)]
 pub mod macro_support;
 pub mod outcome;
@@ -43,6 +45,7 @@ pub use engine::{default_engine, set_default_engine, Engine, EngineBuilder, STOR
 pub use envelope::Envelope;
 pub use error::Error;
 pub use key::{Fingerprint, IdempotencyKey, KEY_FORMAT_VERSION};
+pub use label::{RecordLabel, ScopePart, ScopePath};
 pub use outcome::{CallRecord, CallStatus, IdempotentError, ToolError, ToolOutput};
 pub use reconcile::{ReconcileVerdict, Reconciled};
 pub use scope::Scope;

@@ -2,7 +2,7 @@
 
 use crate::context::CallContext;
 use crate::error::Error;
-use crate::key::ScopeComponent;
+use crate::label::ScopePath;
 
 /// Which value, besides the tool name and arguments, a tool's keys are derived from.
 ///
@@ -23,6 +23,18 @@ pub enum Scope {
     /// `scope = "tenant"` (any other name): the value set under that name on the
     /// [`CallContext`] with [`CallContext::with_scope`].
     Named(&'static str),
+    /// `scope = "tenant+conversation"`: several parts, outermost first, every one required
+    /// (K7). `kind` is the parts' kinds joined by `+`; `parts` are
+    /// [`Conversation`](Scope::Conversation) or [`Named`](Scope::Named) scopes (a `call` or
+    /// `global` part, or a nested composite, is refused as [`Error::MissingScope`] naming
+    /// it). Conversation ids are often unique only within a tenant: keyed by both, two
+    /// tenants' conversations `c-1` never share a record.
+    Composite {
+        /// The parts' kinds joined by `+`: `tenant+conversation`.
+        kind: &'static str,
+        /// The parts, outermost first.
+        parts: &'static [Scope],
+    },
 }
 
 impl Scope {
@@ -34,44 +46,62 @@ impl Scope {
             Scope::Global => "global",
             Scope::Call => "call",
             Scope::Named(name) => name,
+            Scope::Composite { kind, .. } => kind,
         }
     }
 
-    /// The key component of this scope for a call made under `context`.
+    /// The scope path of a call made under `context` (P1): the parts whose values the key
+    /// is derived from ([`ScopePath::with_component`]).
     ///
     /// # Errors
     /// [`Error::MissingScope`] when the scope needs a value and `context` is `None` or
     /// has no such value, or only an empty one (K7): never a silently shared key. (Several
     /// frameworks default a missing thread id to `""`; read as a real id, it would make
-    /// every such conversation one.)
-    pub fn resolve<'c>(
-        &self,
-        tool: &str,
-        context: Option<&'c CallContext>,
-    ) -> Result<ScopeComponent<'c>, Error> {
-        let kind = self.kind();
-        let value = match self {
-            Scope::Global => return Ok(ScopeComponent::new(kind, None)),
-            Scope::Conversation => context.and_then(CallContext::conversation_id),
-            Scope::Call => context.and_then(CallContext::tool_call_id),
-            Scope::Named(name) => context.and_then(|c| c.scope_value(name)),
+    /// every such conversation one.) A composite scope names the first part that is
+    /// missing, or that cannot be a part.
+    pub fn resolve(&self, tool: &str, context: Option<&CallContext>) -> Result<ScopePath, Error> {
+        let missing = |kind: &str| Error::MissingScope {
+            tool: tool.to_owned(),
+            scope: kind.to_owned(),
         };
-        let Some(value) = value.filter(|value| !value.is_empty()) else {
-            return Err(Error::MissingScope {
-                tool: tool.to_owned(),
-                scope: kind.to_owned(),
-            });
+        let value = |scope: &Scope| -> Result<String, Error> {
+            let value = match scope {
+                Scope::Conversation => context.and_then(CallContext::conversation_id),
+                Scope::Call => context.and_then(CallContext::tool_call_id),
+                Scope::Named(name) => context.and_then(|c| c.scope_value(name)),
+                Scope::Global | Scope::Composite { .. } => None,
+            };
+            value
+                .filter(|value| !value.is_empty())
+                .map(str::to_owned)
+                .ok_or_else(|| missing(scope.kind()))
         };
-        let within = match self {
-            Scope::Call => context
-                .and_then(CallContext::conversation_id)
-                .filter(|conversation| !conversation.is_empty()),
-            _ => None,
-        };
-        Ok(ScopeComponent {
-            kind,
-            value: Some(value),
-            within,
+        let path = ScopePath::new();
+        Ok(match self {
+            Scope::Global => path,
+            Scope::Call => {
+                let within = context
+                    .and_then(CallContext::conversation_id)
+                    .filter(|conversation| !conversation.is_empty());
+                let call = value(self)?;
+                match within {
+                    Some(conversation) => path
+                        .with(Scope::Conversation.kind(), conversation)
+                        .with(self.kind(), call),
+                    None => path.with(self.kind(), call),
+                }
+            }
+            Scope::Conversation | Scope::Named(_) => path.with(self.kind(), value(self)?),
+            Scope::Composite { parts, .. } => {
+                let mut path = path;
+                for part in *parts {
+                    if !matches!(part, Scope::Conversation | Scope::Named(_)) {
+                        return Err(missing(part.kind()));
+                    }
+                    path = path.with(part.kind(), value(part)?);
+                }
+                path
+            }
         })
     }
 }
@@ -98,13 +128,53 @@ mod tests {
         let with_call = CallContext::new()
             .with_conversation("")
             .with_tool_call("call_1");
-        let component = Scope::Call.resolve("refund", Some(&with_call)).unwrap();
-        assert_eq!(component.value, Some("call_1"));
+        let path = Scope::Call.resolve("refund", Some(&with_call)).unwrap();
         assert_eq!(
-            component.within, None,
+            path.to_string(),
+            "call=call_1",
             "an empty conversation is no conversation"
         );
         let real = CallContext::new().with_conversation("c-9");
         assert!(Scope::Conversation.resolve("refund", Some(&real)).is_ok());
+    }
+
+    // pins K7: a composite scope needs every part and names the missing one
+    #[test]
+    fn composite_scopes_need_every_part() {
+        static BOTH: Scope = Scope::Composite {
+            kind: "tenant+conversation",
+            parts: &[Scope::Named("tenant"), Scope::Conversation],
+        };
+        let full = CallContext::new()
+            .with_conversation("c-1")
+            .with_scope("tenant", "acme");
+        let path = BOTH.resolve("refund", Some(&full)).unwrap();
+        assert_eq!(path.to_string(), "tenant=acme/conversation=c-1");
+        assert_eq!(path.kind(), BOTH.kind());
+        for (context, missing) in [
+            (CallContext::new().with_conversation("c-1"), "tenant"),
+            (
+                CallContext::new().with_scope("tenant", "acme"),
+                "conversation",
+            ),
+            (
+                CallContext::new()
+                    .with_scope("tenant", "")
+                    .with_conversation("c-1"),
+                "tenant",
+            ),
+        ] {
+            let error = BOTH.resolve("refund", Some(&context)).unwrap_err();
+            assert!(
+                matches!(&error, Error::MissingScope { scope, .. } if scope == missing),
+                "{error:?}"
+            );
+        }
+        static WITH_CALL: Scope = Scope::Composite {
+            kind: "tenant+call",
+            parts: &[Scope::Named("tenant"), Scope::Call],
+        };
+        let context = full.with_tool_call("call_1");
+        assert!(WITH_CALL.resolve("refund", Some(&context)).is_err());
     }
 }

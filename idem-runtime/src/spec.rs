@@ -37,6 +37,10 @@ pub struct ToolSpec {
     /// (`#[idempotent(store = "sqlite:agent.db")]`); `None` (the default): the engine of
     /// the call context, else the process default. See [`crate::engine`] for the order.
     pub store: Option<&'static str>,
+    /// Whether records of this tool keep the canonical JSON of its key arguments, for audit
+    /// (`#[idempotent(audit)]`, P2). Default `false`: records hold the tool, scope and
+    /// times, never arguments. Fingerprint-only arguments are never stored either way.
+    pub audit: bool,
 }
 
 impl ToolSpec {
@@ -60,6 +64,7 @@ impl ToolSpec {
             on_cancel: OnCancel::Hold,
             reconcile: false,
             store: None,
+            audit: false,
         }
     }
 

@@ -31,6 +31,14 @@ use idem_runtime::store::{
 };
 use idem_runtime::{Store, Timestamp};
 
+/// The label every claim and takeover of these tests writes (P1).
+static LABEL: std::sync::LazyLock<idem_runtime::RecordLabel> = std::sync::LazyLock::new(|| {
+    idem_runtime::RecordLabel::new(
+        "conformance",
+        idem_runtime::ScopePath::new().with("conversation", "c-1"),
+    )
+});
+
 const T0: u64 = 1_735_689_600_000;
 
 fn at(ms: u64) -> Timestamp {
@@ -251,6 +259,7 @@ async fn storm(handles: Vec<Arc<dyn Store>>, keys: u16, workers: usize, rounds: 
                             now,
                             lease_until: now,
                             expires_at: at(86_400_000),
+                            label: &LABEL,
                         })
                         .await
                         .expect("claim");
@@ -270,6 +279,7 @@ async fn storm(handles: Vec<Arc<dyn Store>>, keys: u16, workers: usize, rounds: 
                                     lease_until: now,
                                     expires_at: at(86_400_000),
                                     fence: 2,
+                                    label: &LABEL,
                                 })
                                 .await
                                 .expect("take over"),
@@ -376,6 +386,7 @@ where
             now,
             lease_until: now,
             expires_at: now.saturating_add(Duration::from_secs(86_400)),
+            label: &LABEL,
         })
         .await
         .unwrap();
@@ -721,6 +732,7 @@ mod redis_backend {
                     now,
                     lease_until: now,
                     expires_at,
+                    label: &LABEL,
                 })
                 .await
                 .unwrap();
@@ -788,6 +800,7 @@ mod redis_backend {
                 now: at(0),
                 lease_until: at(10),
                 expires_at: at(100),
+                label: &LABEL,
             })
             .await
             .expect_err("a string is not a record");
@@ -1214,6 +1227,7 @@ async fn big_envelopes(store: Arc<dyn Store>) {
                 now: at(0),
                 lease_until: at(60_000),
                 expires_at: at(86_400_000),
+                label: &LABEL,
             })
             .await
             .unwrap();
@@ -1406,6 +1420,7 @@ async fn fast_clock_collects(store: Arc<dyn Store>, claims: u16) -> bool {
                 now: q_now,
                 lease_until: q_now,
                 expires_at: q_now.saturating_add(Duration::from_secs(86_400)),
+                label: &LABEL,
             })
             .await
             .unwrap();
@@ -1486,6 +1501,7 @@ async fn churn(handles: Vec<Arc<dyn Store>>, workers: usize, rounds: usize) -> V
                         now: at(0),
                         lease_until: at(60_000),
                         expires_at: at(86_400_000),
+                        label: &LABEL,
                     })
                     .await;
                 match claim {
@@ -1701,6 +1717,7 @@ async fn fast_clock_gc_postgres() {
             now: p_now,
             lease_until: p_now,
             expires_at: at(86_400_000),
+            label: &LABEL,
         })
         .await
         .unwrap();
@@ -1721,6 +1738,7 @@ async fn fast_clock_gc_postgres() {
                 now: q_now,
                 lease_until: q_now,
                 expires_at: q_now.saturating_add(Duration::from_secs(86_400)),
+                label: &LABEL,
             })
             .await
             .unwrap();

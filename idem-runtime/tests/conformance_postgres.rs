@@ -29,6 +29,14 @@ use idem_runtime::{
 };
 use support::{default_spec, refund, Harness, TestStore};
 
+/// The label every claim and takeover of these tests writes (P1).
+static LABEL: std::sync::LazyLock<idem_runtime::RecordLabel> = std::sync::LazyLock::new(|| {
+    idem_runtime::RecordLabel::new(
+        "conformance",
+        idem_runtime::ScopePath::new().with("conversation", "c-1"),
+    )
+});
+
 fn url() -> String {
     std::env::var("IDEM_TEST_POSTGRES_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
@@ -464,6 +472,7 @@ fn claim_at(
         now: at(now),
         lease_until: at(lease_until),
         expires_at: at(expires_at),
+        label: &LABEL,
     }
 }
 
@@ -522,6 +531,7 @@ async fn fences_increase_across_claims_takeovers_and_expiry() {
             lease_until: at(now + 100),
             expires_at: at(now + 1_000),
             fence: seen.fence + 1,
+            label: &LABEL,
         };
         assert_eq!(store.take_over(takeover).await, Ok(true));
         let next = record(&store, &key, now).await;
@@ -667,6 +677,7 @@ async fn renew_extends_only_the_owners_live_claim() {
         lease_until: at(400),
         expires_at: at(1_300),
         fence: 2,
+        label: &LABEL,
     };
     assert_eq!(store.take_over(takeover).await, Ok(true));
     assert_eq!(store.renew(renew(&key, owner, 310, 999)).await, Ok(false));
@@ -801,6 +812,7 @@ async fn an_unknown_outcome_can_only_be_taken_over() {
         lease_until: at(140),
         expires_at: at(10_040),
         fence: unknown.fence + 1,
+        label: &LABEL,
     };
     assert_eq!(store.take_over(takeover(stranger, 500)).await, Ok(false));
     assert_eq!(store.take_over(takeover(owner, 499)).await, Ok(false));
@@ -1113,6 +1125,7 @@ async fn a_version_1_schema_is_migrated_in_place() {
                 outcome: Envelope::from_stored(outcome.to_owned()),
                 completed_at: at(1_500),
             },
+            label: None,
         }
     );
     assert_eq!(
@@ -1126,6 +1139,7 @@ async fn a_version_1_schema_is_migrated_in_place() {
                 owner: old_owner,
                 lease_until: at(2_000),
             },
+            label: None,
         }
     );
     // the old records work as new ones: a replay, a takeover, a completion, a re-claim
@@ -1146,6 +1160,7 @@ async fn a_version_1_schema_is_migrated_in_place() {
         lease_until: at(6_000),
         expires_at: at(100_000),
         fence: running_record.fence + 1,
+        label: &LABEL,
     };
     assert_eq!(second.take_over(takeover).await, Ok(true));
     assert_eq!(record(&first, &running, 5_000).await.fence, 2);

@@ -21,6 +21,14 @@ use std::sync::Arc;
 use idem_runtime::{prepare, RedisConnectError, RedisStore, Store, StoreErrorKind, ToolError};
 use support::{default_spec, refund, Harness, TestStore};
 
+/// The label every claim and takeover of these tests writes (P1).
+static LABEL: std::sync::LazyLock<idem_runtime::RecordLabel> = std::sync::LazyLock::new(|| {
+    idem_runtime::RecordLabel::new(
+        "conformance",
+        idem_runtime::ScopePath::new().with("conversation", "c-1"),
+    )
+});
+
 fn redis_url() -> String {
     std::env::var("IDEM_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
 }
@@ -422,6 +430,7 @@ mod never_twice {
                 now,
                 lease_until: plus(now, lease_ms),
                 expires_at: plus(now, ttl_ms),
+                label: &super::LABEL,
             })
             .await
             .unwrap()
@@ -458,6 +467,7 @@ mod never_twice {
                 lease_until: plus(now, 1_000),
                 expires_at: plus(now, 10_000),
                 fence,
+                label: &super::LABEL,
             })
             .await
             .unwrap()
@@ -725,6 +735,7 @@ mod never_twice {
                 now: plus(t0, 30),
                 lease_until: plus(t0, 130),
                 expires_at: plus(t0, 10_030),
+                label: &super::LABEL,
             })
             .await
             .unwrap();
@@ -1097,6 +1108,7 @@ mod never_twice {
                 owner,
                 lease_until: plus(t0, 1_000),
             },
+            label: Some(super::LABEL.clone()),
         };
         let errors = [
             store.read(&k, t0).await.map(drop),
@@ -1108,6 +1120,7 @@ mod never_twice {
                     now: later,
                     lease_until: later,
                     expires_at: plus(later, 10_000),
+                    label: &super::LABEL,
                 })
                 .await
                 .map(drop),
@@ -1121,6 +1134,7 @@ mod never_twice {
                     lease_until: t0,
                     expires_at: plus(t0, 10_000),
                     fence: seen.fence + 1,
+                    label: &super::LABEL,
                 })
                 .await
                 .map(drop),
@@ -1183,6 +1197,7 @@ mod never_twice {
                 now: t0,
                 lease_until: t0,
                 expires_at: plus(t0, 10),
+                label: &super::LABEL,
             })
             .await
             .expect_err("a fence that is not a number");

@@ -26,6 +26,14 @@ use idem_runtime::{
 };
 use support::{default_spec, refund, Harness, TestStore};
 
+/// The label every claim and takeover of these tests writes (P1).
+static LABEL: std::sync::LazyLock<idem_runtime::RecordLabel> = std::sync::LazyLock::new(|| {
+    idem_runtime::RecordLabel::new(
+        "conformance",
+        idem_runtime::ScopePath::new().with("conversation", "c-1"),
+    )
+});
+
 /// A fresh store in `idem.sqlite3` of a new temporary directory, kept alive with it.
 fn sqlite_file() -> TestStore {
     let dir = tempfile::tempdir().expect("temporary directory");
@@ -343,6 +351,7 @@ async fn claim(
             now,
             lease_until,
             expires_at,
+            label: &LABEL,
         })
         .await
         .expect("claim")
@@ -382,6 +391,7 @@ async fn take_over(
             lease_until: Timestamp::from_millis(now.as_millis() + 100),
             expires_at: Timestamp::from_millis(now.as_millis() + 1_000),
             fence,
+            label: &LABEL,
         })
         .await
         .expect("take over")
@@ -600,6 +610,7 @@ async fn an_unknown_outcome_is_kept_until_taken_over() {
                 lease_until: at(100),
                 since: at(0)
             },
+            label: Some(LABEL.clone()),
         }
     );
     assert!(
@@ -637,6 +648,7 @@ async fn an_unknown_outcome_is_kept_until_taken_over() {
                 owner: b,
                 lease_until: at(140)
             },
+            label: Some(LABEL.clone()),
         }
     );
     assert!(
@@ -903,6 +915,7 @@ async fn a_version_1_file_is_migrated_in_place_and_keeps_its_records() {
                 outcome: envelope.clone(),
                 completed_at: at(0)
             },
+            label: None,
         }
     );
     assert_eq!(
@@ -916,6 +929,7 @@ async fn a_version_1_file_is_migrated_in_place_and_keeps_its_records() {
                 owner,
                 lease_until: at(60_000)
             },
+            label: None,
         }
     );
 

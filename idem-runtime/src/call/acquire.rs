@@ -102,6 +102,7 @@ impl PreparedCall {
                 now,
                 lease_until,
                 expires_at,
+                label: &self.label,
             };
             let record = match store
                 .claim(request)
@@ -169,6 +170,7 @@ impl PreparedCall {
                 lease_until,
                 expires_at,
                 fence,
+                label: &self.label,
             };
             if store
                 .take_over(takeover)

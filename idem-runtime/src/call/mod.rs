@@ -32,7 +32,8 @@ use crate::context::{CallContext, DerivedKey};
 use crate::engine::{default_engine, tool_engine, Engine};
 use crate::envelope::Envelope;
 use crate::error::Error;
-use crate::key::{derive_key, Fingerprint, IdempotencyKey};
+use crate::key::{derive_key_in, Fingerprint, IdempotencyKey};
+use crate::label::RecordLabel;
 use crate::outcome::{CallRecord, CallStatus, IdempotentError};
 use crate::spec::ToolSpec;
 use crate::store::{StoreError, StoreErrorKind};
@@ -46,6 +47,7 @@ pub struct PreparedCall {
     context: Option<CallContext>,
     key: IdempotencyKey,
     fingerprint: Fingerprint,
+    label: RecordLabel,
 }
 
 /// Derives the key of a call to the tool `spec` made under `context` (else the context in
@@ -85,6 +87,7 @@ where
             context,
             key: carried.key,
             fingerprint: carried.fingerprint,
+            label: carried.label,
         });
     }
     let scope = spec.scope.resolve(spec.name, context.as_ref())?;
@@ -94,12 +97,21 @@ where
         source,
     })?;
     let (key_args, fingerprint) = args.finish();
-    let key = derive_key(scope, spec.name, &key_args);
+    let namespace = engine.namespace();
+    let key =
+        scope.with_component(|component| derive_key_in(namespace, component, spec.name, &key_args));
+    let label = RecordLabel {
+        tool: spec.name.to_owned(),
+        namespace: namespace.map(str::to_owned),
+        scope,
+        key_args: spec.audit.then(|| key_args.as_str().to_owned()),
+    };
     if let Some(attempt) = attempt {
         attempt.remember(DerivedKey {
             tool: spec.name.to_owned(),
             key: key.clone(),
             fingerprint: fingerprint.clone(),
+            label: label.clone(),
         });
     }
     Ok(PreparedCall {
@@ -108,6 +120,7 @@ where
         context,
         key,
         fingerprint,
+        label,
     })
 }
 

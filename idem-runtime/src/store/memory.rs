@@ -8,8 +8,9 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use tokio::sync::watch;
 
 use super::{
-    gc_cutoff, is_garbage, ChangeSignal, Claim, ClaimRequest, Completion, MarkUnknownRequest,
-    OwnerToken, Record, RecordState, RenewRequest, Store, StoreFuture, TakeoverRequest,
+    gc_cutoff, is_garbage, ChangeSignal, Claim, ClaimRequest, Completion, KeyedRecord, ListPage,
+    ListQuery, MarkUnknownRequest, OwnerToken, PurgeCounts, PurgeOutcome, Record, RecordState,
+    RenewRequest, StateFilter, Store, StoreFuture, StoreStats, TakeoverRequest,
 };
 use crate::clock::Timestamp;
 use crate::envelope::Envelope;
@@ -150,6 +151,7 @@ impl Store for MemoryStore {
                     owner: req.owner,
                     lease_until: req.lease_until,
                 },
+                label: Some(req.label.clone()),
             },
         );
         ready(Claim::Acquired { fence })
@@ -176,6 +178,7 @@ impl Store for MemoryStore {
             record.created_at = req.now;
             record.expires_at = req.expires_at;
             record.fence = req.fence;
+            record.label = Some(req.label.clone());
         }
         ready(unchanged)
     }
@@ -261,6 +264,93 @@ impl Store for MemoryStore {
         ready(owned)
     }
 
+    /// Scans every record in the map under its lock: O(records held), then sorts the
+    /// matches. Fine for the memory store's sizes; listing a large one blocks its other
+    /// operations for the scan.
+    fn list<'a>(&'a self, query: &'a ListQuery, now: Timestamp) -> StoreFuture<'a, ListPage> {
+        let state = self.lock();
+        let matching = state
+            .records
+            .iter()
+            .filter(|(key, record)| now < record.expires_at && query.matches(key, record))
+            .map(|(key, record)| KeyedRecord {
+                key: key.clone(),
+                record: record.clone(),
+            })
+            .collect();
+        ready(ListPage::cut(matching, query))
+    }
+
+    fn purge<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        force: bool,
+        now: Timestamp,
+    ) -> StoreFuture<'a, PurgeOutcome> {
+        let mut state = self.lock();
+        let outcome = match state.records.get(key) {
+            None => PurgeOutcome::Absent,
+            Some(record) if now >= record.expires_at => {
+                state.records.remove(key);
+                PurgeOutcome::Absent
+            }
+            Some(record) if !force && StateFilter::of(&record.state) != StateFilter::Completed => {
+                PurgeOutcome::Kept(record.clone())
+            }
+            Some(_) => match state.records.remove(key) {
+                Some(record) => PurgeOutcome::Deleted(record),
+                None => PurgeOutcome::Absent,
+            },
+        };
+        if matches!(outcome, PurgeOutcome::Deleted(_)) {
+            Self::notify(&mut state, key);
+        }
+        ready(outcome)
+    }
+
+    /// Scans every record under the lock, as [`list`](Store::list) does.
+    fn purge_matching<'a>(
+        &'a self,
+        query: &'a ListQuery,
+        force: bool,
+        now: Timestamp,
+    ) -> StoreFuture<'a, PurgeCounts> {
+        let query = ListQuery {
+            after: None,
+            ..query.clone()
+        };
+        let mut state = self.lock();
+        let mut counts = PurgeCounts::default();
+        let mut deleted = Vec::new();
+        state.records.retain(|key, record| {
+            if now >= record.expires_at || !query.matches(key, record) {
+                return true;
+            }
+            if !force && StateFilter::of(&record.state) != StateFilter::Completed {
+                counts.kept += 1;
+                return true;
+            }
+            counts.deleted += 1;
+            deleted.push(key.clone());
+            false
+        });
+        for key in &deleted {
+            Self::notify(&mut state, key);
+        }
+        ready(counts)
+    }
+
+    /// Scans every record under the lock.
+    fn stats<'a>(&'a self, now: Timestamp) -> StoreFuture<'a, StoreStats> {
+        let state = self.lock();
+        let mut stats = StoreStats::default();
+        for record in state.records.values().filter(|r| now < r.expires_at) {
+            let tool = record.label.as_ref().map_or("", |l| l.tool.as_str());
+            stats.add(tool, StateFilter::of(&record.state), 1);
+        }
+        ready(stats)
+    }
+
     fn read<'a>(
         &'a self,
         key: &'a IdempotencyKey,
@@ -318,6 +408,7 @@ mod tests {
                 now,
                 lease_until: now,
                 expires_at: Timestamp::from_millis(u64::MAX),
+                label: &crate::RecordLabel::default(),
             }));
             assert!(matches!(claim, Ok(Claim::Acquired { .. })));
         }
@@ -337,6 +428,7 @@ mod tests {
             now: Timestamp::from_millis(0),
             lease_until: Timestamp::from_millis(0),
             expires_at,
+            label: &crate::RecordLabel::default(),
         }));
         assert!(matches!(claim, Ok(Claim::Acquired { .. })));
         let at_margin = Timestamp::from_millis(expires_at.as_millis() + GC_DRIFT_MARGIN_MS);

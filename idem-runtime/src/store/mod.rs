@@ -14,12 +14,17 @@
 
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "redis"))]
 mod in_flight;
+mod inspect;
 pub mod locator;
 #[cfg(feature = "memory")]
 mod memory;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql_row;
 
+pub use inspect::{
+    KeyedRecord, ListCursor, ListCursorError, ListPage, ListQuery, PurgeCounts, PurgeOutcome,
+    StateCounts, StateFilter, StoreStats, LIST_LIMIT_MAX,
+};
 pub use locator::{StoreConfigError, StoreLocator, DEFAULT_POSTGRES_SCHEMA, DEFAULT_REDIS_PREFIX};
 
 #[cfg(feature = "memory")]
@@ -51,6 +56,7 @@ use serde::{Deserialize, Serialize};
 use crate::clock::Timestamp;
 use crate::envelope::Envelope;
 use crate::key::{Fingerprint, IdempotencyKey};
+use crate::label::RecordLabel;
 
 /// How long, in milliseconds, after a record expired a store's background garbage
 /// collection may delete it: room for clock drift between workers. One hour.
@@ -164,6 +170,9 @@ pub struct Record {
     pub fence: u64,
     /// In progress, outcome unknown, or completed.
     pub state: RecordState,
+    /// What the record says about its call (P1): tool, namespace, scope. `None` for a
+    /// record written before labels existed (P4); such a record replays as any other.
+    pub label: Option<RecordLabel>,
 }
 
 /// The live states of a record (S1, U1).
@@ -216,6 +225,8 @@ pub struct ClaimRequest<'a> {
     pub lease_until: Timestamp,
     /// Expiry of the new record (`now + ttl`).
     pub expires_at: Timestamp,
+    /// The label to store with a new claim (P1).
+    pub label: &'a RecordLabel,
 }
 
 /// What [`Store::claim`] found.
@@ -252,6 +263,9 @@ pub struct TakeoverRequest<'a> {
     pub expires_at: Timestamp,
     /// The new owner's fencing token: the seen record's fence + 1 (F1).
     pub fence: u64,
+    /// The label to store (P1): the same call's, so it changes only a record written
+    /// before labels existed.
+    pub label: &'a RecordLabel,
 }
 
 /// Arguments of [`Store::renew`]: extend a held claim's lease (a heartbeat, L1).
@@ -400,6 +414,57 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         key: &'a IdempotencyKey,
         now: Timestamp,
     ) -> StoreFuture<'a, Option<Record>>;
+
+    /// Live records matching `query` at `now`, newest first, one page (I3). Each backend's
+    /// rustdoc states what serves it and its cost.
+    ///
+    /// # Errors
+    /// The default, for a store that does not list: [`StoreErrorKind::Unsupported`] (I6).
+    fn list<'a>(&'a self, query: &'a ListQuery, now: Timestamp) -> StoreFuture<'a, ListPage> {
+        let _ = (query, now);
+        inspect::unsupported(self.backend(), "listing records")
+    }
+
+    /// Deletes `key`'s record (I4). A record that is not completed (in progress, or its
+    /// outcome unknown) is deleted only with `force`; otherwise it is kept and returned as
+    /// [`PurgeOutcome::Kept`]. A key without a live record at `now` is
+    /// [`PurgeOutcome::Absent`] (an expired row may be deleted on the way).
+    ///
+    /// # Errors
+    /// The default: [`StoreErrorKind::Unsupported`] (I6).
+    fn purge<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        force: bool,
+        now: Timestamp,
+    ) -> StoreFuture<'a, PurgeOutcome> {
+        let _ = (key, force, now);
+        inspect::unsupported(self.backend(), "purging records")
+    }
+
+    /// [`purge`](Store::purge) for every live record matching `query` (its `limit` and
+    /// cursor are ignored): how many were deleted and how many kept for want of `force`.
+    ///
+    /// # Errors
+    /// The default: [`StoreErrorKind::Unsupported`] (I6).
+    fn purge_matching<'a>(
+        &'a self,
+        query: &'a ListQuery,
+        force: bool,
+        now: Timestamp,
+    ) -> StoreFuture<'a, PurgeCounts> {
+        let _ = (query, force, now);
+        inspect::unsupported(self.backend(), "purging records")
+    }
+
+    /// Counts of live records at `now`, by state and by tool (I5).
+    ///
+    /// # Errors
+    /// The default: [`StoreErrorKind::Unsupported`] (I6).
+    fn stats<'a>(&'a self, now: Timestamp) -> StoreFuture<'a, StoreStats> {
+        let _ = now;
+        inspect::unsupported(self.backend(), "counting records")
+    }
 
     /// A signal that completes when `key`'s record may have changed after this call,
     /// so that waiting duplicates wake without polling (S5). `None` (the default): the

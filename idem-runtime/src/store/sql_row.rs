@@ -6,6 +6,7 @@ use super::{OwnerToken, Record, RecordState, StoreError};
 use crate::clock::Timestamp;
 use crate::envelope::Envelope;
 use crate::key::Fingerprint;
+use crate::label::{RecordLabel, ScopePath};
 
 /// The columns of one records-table row, as stored.
 pub(crate) struct SqlRow {
@@ -18,6 +19,53 @@ pub(crate) struct SqlRow {
     pub(crate) unknown_since: Option<i64>,
     pub(crate) outcome: Option<String>,
     pub(crate) completed_at: Option<i64>,
+    /// The label columns (P1): all `NULL` in a row written before labels existed (P4).
+    pub(crate) label: SqlLabel,
+}
+
+/// The label columns of a row (P1): `tool`, `namespace`, `scope` (a [`ScopePath`]'s text)
+/// and `key_args` (audit only, P2).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SqlLabel {
+    pub(crate) tool: Option<String>,
+    pub(crate) namespace: Option<String>,
+    pub(crate) scope: Option<String>,
+    pub(crate) key_args: Option<String>,
+}
+
+impl SqlLabel {
+    /// The columns to write for `label`.
+    pub(crate) fn of(label: &RecordLabel) -> Self {
+        SqlLabel {
+            tool: Some(label.tool.clone()),
+            namespace: label.namespace.clone(),
+            scope: Some(label.scope.to_string()),
+            key_args: label.key_args.clone(),
+        }
+    }
+
+    /// The label, `None` for a row without one (no tool), or `corrupt(…)` for a scope text
+    /// that does not parse.
+    pub(crate) fn decode(
+        self,
+        corrupt: impl Fn(&str) -> StoreError,
+    ) -> Result<Option<RecordLabel>, StoreError> {
+        let Some(tool) = self.tool else {
+            return Ok(None);
+        };
+        let scope: ScopePath = self
+            .scope
+            .as_deref()
+            .unwrap_or_default()
+            .parse()
+            .map_err(|e| corrupt(&format!("scope: {e}")))?;
+        Ok(Some(RecordLabel {
+            tool,
+            namespace: self.namespace,
+            scope,
+            key_args: self.key_args,
+        }))
+    }
 }
 
 impl SqlRow {
@@ -68,6 +116,7 @@ impl SqlRow {
             expires_at: time(self.expires_at, "expires_at")?,
             fence: decode_fence(self.fence, &corrupt)?,
             state,
+            label: self.label.decode(&corrupt)?,
         })
     }
 }

@@ -25,6 +25,14 @@ use crate::support::{default_spec, key_of, refund, spec, FaultyStore, Harness, T
 mod never_twice;
 pub use never_twice::*;
 
+/// The label every claim and takeover of these tests writes (P1).
+static LABEL: std::sync::LazyLock<idem_runtime::RecordLabel> = std::sync::LazyLock::new(|| {
+    idem_runtime::RecordLabel::new(
+        "conformance",
+        idem_runtime::ScopePath::new().with("conversation", "c-1"),
+    )
+});
+
 /// Makes a fresh, empty store for one test.
 pub type Factory = fn() -> TestStore;
 
@@ -271,6 +279,7 @@ pub async fn round_trips_are_counted_for_every_operation_and_shared_by_the_engin
         lease_until: at(3_000),
         expires_at: at(90_000),
         fence: 2,
+        label: &LABEL,
     };
     assert_eq!(h.store.take_over(lapsed).await, Ok(true));
     let envelope = Envelope::from_stored("{\"ok\":1}".to_owned());
@@ -309,6 +318,7 @@ pub async fn round_trips_are_counted_for_every_operation_and_shared_by_the_engin
         lease_until: at(3_000),
         expires_at: at(90_000),
         fence: 2,
+        label: &LABEL,
     };
     assert_eq!(h.store.take_over(takeover).await, Ok(true));
     assert_eq!(round_trips(&h), start + 3, "take over");
@@ -976,6 +986,7 @@ fn claim_req<'a>(
         now,
         lease_until,
         expires_at,
+        label: &LABEL,
     }
 }
 
@@ -1082,6 +1093,7 @@ pub async fn store_take_over_and_complete_compare_the_owner(make: Factory) {
         lease_until: at(now + 100),
         expires_at: at(now + 10_000),
         fence: 2,
+        label: &LABEL,
     };
     // A wrong seen owner or lease changes nothing.
     assert!(!store
@@ -1177,6 +1189,7 @@ pub async fn store_take_over_and_complete_compare_the_owner(make: Factory) {
                 lease_until: at(1_100),
                 expires_at: at(2_000),
                 fence: 2,
+                label: &LABEL,
             })
             .await
             .unwrap(),
@@ -1270,6 +1283,7 @@ pub async fn store_handles_extreme_timestamps(make: Factory) {
             lease_until: late,
             expires_at: max,
             fence: 2,
+            label: &LABEL,
         })
         .await
         .unwrap());

@@ -19,6 +19,14 @@ use idem_runtime::{
 use super::{at, claim_req, fingerprint, harness, test_key, Factory};
 use crate::support::{key_of, Harness};
 
+/// The label every claim and takeover of these tests writes (P1).
+static LABEL: std::sync::LazyLock<idem_runtime::RecordLabel> = std::sync::LazyLock::new(|| {
+    idem_runtime::RecordLabel::new(
+        "conformance",
+        idem_runtime::ScopePath::new().with("conversation", "c-1"),
+    )
+});
+
 /// A `'static` spec: 24 h TTL, the given lease and wait (ms), heartbeat default (a third of
 /// the lease), and the given reconcile flag and cancellation rule.
 fn spec(
@@ -664,6 +672,7 @@ pub async fn store_renew_and_mark_unknown_compare_the_owner(make: Factory) {
         lease_until: at(180),
         expires_at: at(10_080),
         fence: 2,
+        label: &LABEL,
     };
     assert!(!store.take_over(takeover(owner, at(149))).await.unwrap());
     assert!(store.take_over(takeover(owner, at(150))).await.unwrap());

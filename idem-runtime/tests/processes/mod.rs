@@ -128,6 +128,7 @@ impl Spans {
             on_cancel: OnCancel::Hold,
             reconcile: false,
             store: None,
+            audit: false,
         }))
     }
 }

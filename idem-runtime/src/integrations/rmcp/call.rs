@@ -24,7 +24,8 @@ use crate::canonical::CanonicalError;
 use crate::context::{AttemptRecord, CallContext, DerivedKey};
 use crate::envelope::Envelope;
 use crate::error::Error;
-use crate::key::{derive_key, ScopeComponent};
+use crate::key::{derive_key_in, ScopeComponent};
+use crate::label::{RecordLabel, ScopePath};
 use crate::outcome::CallStatus;
 use crate::scope::Scope;
 use crate::spec::ToolSpec;
@@ -251,24 +252,30 @@ impl McpCall {
         if client_key.is_some() {
             return Ok((context, client_key));
         }
-        match spec.scope {
-            Scope::Global => {}
-            Scope::Conversation => {
-                if let Some(conversation) = self.conversation()? {
-                    context = context.with_conversation(conversation);
+        let parts = match &spec.scope {
+            Scope::Composite { parts, .. } => parts,
+            single => std::slice::from_ref(single),
+        };
+        for part in parts {
+            match part {
+                Scope::Global | Scope::Composite { .. } => {}
+                Scope::Conversation => {
+                    if let Some(conversation) = self.conversation()? {
+                        context = context.with_conversation(conversation);
+                    }
                 }
-            }
-            Scope::Call => {
-                if let Some(conversation) = self.conversation()? {
-                    context = context.with_conversation(conversation);
+                Scope::Call => {
+                    if let Some(conversation) = self.conversation()? {
+                        context = context.with_conversation(conversation);
+                    }
+                    if let Some(call) = meta_string(&self.meta, TOOL_CALL_ID)? {
+                        context = context.with_tool_call(call);
+                    }
                 }
-                if let Some(call) = meta_string(&self.meta, TOOL_CALL_ID)? {
-                    context = context.with_tool_call(call);
-                }
-            }
-            Scope::Named(name) => {
-                if let Some(value) = meta_string(&self.meta, name)? {
-                    context = context.with_scope(name, value);
+                Scope::Named(name) => {
+                    if let Some(value) = meta_string(&self.meta, name)? {
+                        context = context.with_scope(*name, value);
+                    }
                 }
             }
         }
@@ -323,7 +330,13 @@ impl McpCall {
                 source,
             })?;
         let (no_key_args, fingerprint) = args.finish();
-        let key = derive_key(
+        let namespace = context
+            .engine()
+            .cloned()
+            .or_else(|| crate::engine::default_engine().ok())
+            .and_then(|engine| engine.namespace().map(str::to_owned));
+        let key = derive_key_in(
+            namespace.as_deref(),
             ScopeComponent::new(CLIENT_KEY_SCOPE, Some(&client_key)),
             spec.name,
             &no_key_args,
@@ -333,6 +346,13 @@ impl McpCall {
             tool: spec.name.to_owned(),
             key,
             fingerprint,
+            label: RecordLabel {
+                namespace,
+                ..RecordLabel::new(
+                    spec.name,
+                    ScopePath::new().with(CLIENT_KEY_SCOPE, client_key),
+                )
+            },
         });
         let context = context.with_attempt(record);
         let prepared = prepare(spec, Some(&context), |_| Ok(()))?;

@@ -9,7 +9,7 @@ use tokio_postgres::Row;
 use super::errors::error_text;
 use super::{Inner, BACKEND};
 use crate::clock::Timestamp;
-use crate::store::sql_row::{decode_fence, SqlRow};
+use crate::store::sql_row::{decode_fence, SqlLabel, SqlRow};
 use crate::store::{Claim, OwnerToken, Record, StoreError, StoreErrorKind};
 
 /// How many times a claim retries after racing with a concurrent claim and release.
@@ -168,6 +168,7 @@ impl Inner {
             unknown_since,
             outcome,
             completed_at,
+            label: SqlLabel::default(),
         }
         .decode(|what| self.corrupt(key, what))
     }

@@ -125,6 +125,7 @@ pub(super) fn decode(value: Value) -> Result<Option<Record>, String> {
         expires_at: instant(expires_at, "expires_at")?,
         fence,
         state,
+        label: None,
     }))
 }
 

@@ -11,7 +11,7 @@ use rusqlite::{named_params, Connection, OptionalExtension, TransactionBehavior}
 use super::error::{corrupt, db_error};
 use crate::clock::Timestamp;
 use crate::envelope::Envelope;
-use crate::store::sql_row::{self, SqlRow};
+use crate::store::sql_row::{self, SqlLabel, SqlRow};
 use crate::store::{Claim, ClaimRequest, Completion, OwnerToken, Record, StoreError};
 use crate::store::{MarkUnknownRequest, RenewRequest, TakeoverRequest};
 
@@ -376,6 +376,7 @@ impl Row {
             unknown_since: row.get("unknown_since")?,
             outcome: row.get("outcome")?,
             completed_at: row.get("completed_at")?,
+            label: SqlLabel::default(),
         }))
     }
 
@@ -439,6 +440,7 @@ mod tests {
             now: at(now),
             lease_until: at(lease_until),
             expires_at: at(expires_at),
+            label: &crate::RecordLabel::default(),
         });
         claim(conn, Path::new(PATH), &values, None).expect("claim")
     }
@@ -527,6 +529,7 @@ mod tests {
             lease_until: at(30),
             expires_at: at(100),
             fence: u64::MAX,
+            label: &crate::RecordLabel::default(),
         });
         assert!(take_over(&conn, path, &takeover).unwrap());
         let record = read_live(&conn, path, k.as_str(), at(20)).unwrap().unwrap();
