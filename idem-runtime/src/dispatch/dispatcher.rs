@@ -124,7 +124,7 @@ impl DispatcherBuilder {
 
     /// Whether a result whose outcome did not run now tells the model so (D6). Off by
     /// default: results are then exactly as [`call_result`](crate::dispatch::call_result)
-    /// shapes them, a replay's the same bytes as the first run's (O3, O7). A tool's own
+    /// shapes them, a replay's equal to the first run's (O3, O7). A tool's own
     /// choice ([`Tool::mark_replays`]) wins over this one.
     ///
     /// On, a call whose final reply was **replayed** (its saved outcome returned without
