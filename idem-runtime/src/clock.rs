@@ -40,7 +40,25 @@ impl Timestamp {
     pub fn saturating_since(self, earlier: Timestamp) -> Duration {
         Duration::from_millis(self.0.saturating_sub(earlier.0))
     }
+
+    /// The instant as RFC 3339 text in UTC with milliseconds, as people read it (P3):
+    /// `2026-12-01T20:33:33.123Z`. RFC 3339 has four-digit years: an instant after the last
+    /// millisecond of the year 9999 is shown as that millisecond
+    /// (`9999-12-31T23:59:59.999Z`) instead of failing.
+    ///
+    /// ```
+    /// # extern crate idem_runtime as idem_agent;
+    /// use idem_agent::Timestamp;
+    /// assert_eq!(Timestamp::from_millis(1_796_157_213_123).to_rfc3339(), "2026-12-01T20:33:33.123Z");
+    /// ```
+    pub fn to_rfc3339(&self) -> String {
+        let millis = self.0.min(LAST_RFC3339_MILLIS);
+        humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(millis)).to_string()
+    }
 }
+
+/// The last millisecond RFC 3339's four-digit years can show: 9999-12-31T23:59:59.999Z.
+const LAST_RFC3339_MILLIS: u64 = 253_402_300_799_999;
 
 impl fmt::Debug for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -125,5 +143,21 @@ mod tests {
             Timestamp::from_millis(1_500).saturating_since(t),
             Duration::from_millis(500)
         );
+    }
+
+    // pins P3: times shown as RFC 3339 in UTC with milliseconds
+    #[test]
+    fn timestamps_are_shown_as_rfc3339_utc_with_milliseconds() {
+        let shown = |millis: u64| Timestamp::from_millis(millis).to_rfc3339();
+        assert_eq!(shown(1_796_157_213_123), "2026-12-01T20:33:33.123Z");
+        assert_eq!(shown(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(shown(1_796_157_213_000), "2026-12-01T20:33:33.000Z");
+        assert_eq!(shown(1_796_157_213_007), "2026-12-01T20:33:33.007Z");
+        // A leap day, and the last millisecond of a year.
+        assert_eq!(shown(1_709_164_800_001), "2024-02-29T00:00:00.001Z");
+        assert_eq!(shown(1_735_689_599_999), "2024-12-31T23:59:59.999Z");
+        // Past the year 9999: the last showable millisecond, not a panic.
+        assert_eq!(shown(253_402_300_799_999), "9999-12-31T23:59:59.999Z");
+        assert_eq!(shown(u64::MAX), "9999-12-31T23:59:59.999Z");
     }
 }

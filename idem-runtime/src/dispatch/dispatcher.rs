@@ -24,7 +24,7 @@ use futures_util::future::join_all;
 use serde_json::Value;
 
 use crate::context::AttemptRecord;
-use crate::dispatch::results::call_result;
+use crate::dispatch::results::marked_call_result;
 use crate::dispatch::retry::is_transient;
 use crate::dispatch::{
     Attempt, CallReport, Conversation, FailureKind, InProcess, RetryPolicy, Tool, ToolCall,
@@ -62,6 +62,9 @@ pub struct Dispatcher {
     engine: Option<Engine>,
     retry: RetryPolicy,
     transport: Arc<dyn Transport>,
+    /// Whether replayed results carry the marker the model reads (D6), for tools that do
+    /// not choose for themselves.
+    mark_replays: bool,
 }
 
 /// Builds a [`Dispatcher`]; see [`Dispatcher::builder`].
@@ -71,6 +74,7 @@ pub struct DispatcherBuilder {
     engine: Option<Engine>,
     retry: Option<RetryPolicy>,
     transport: Option<Arc<dyn Transport>>,
+    mark_replays: bool,
 }
 
 /// Why a [`DispatcherBuilder`] could not build.
@@ -118,6 +122,92 @@ impl DispatcherBuilder {
         self
     }
 
+    /// Whether a result whose outcome did not run now tells the model so (D6). Off by
+    /// default: results are then exactly as [`call_result`](crate::dispatch::call_result)
+    /// shapes them, a replay's equal to the first run's (O3, O7). A tool's own
+    /// choice ([`Tool::mark_replays`]) wins over this one.
+    ///
+    /// On, a call whose final reply was **replayed** (its saved outcome returned without
+    /// running, [`CallStatus::Replayed`](crate::CallStatus::Replayed)) has its content
+    /// marked with `first_run_at`: when the run whose outcome is replayed claimed the key
+    /// (the record's `created_at`, RFC 3339 in UTC with milliseconds, as
+    /// [`Timestamp::to_rfc3339`](crate::Timestamp::to_rfc3339) writes it). A **reconciled**
+    /// outcome ([`CallStatus::Reconciled`](crate::CallStatus::Reconciled): a takeover's
+    /// reconcile function found that an earlier run, whose outcome was lost, had had its
+    /// effect, U3) did not run now either: it is marked `reconciled` with `reconciled_at`,
+    /// the time of that takeover (the earlier run's own start is not recorded). Failures
+    /// are marked like values: a replayed failure is the case that misleads a model most
+    /// (it reads an old failure as a new one). An executed call, and a call that never
+    /// reached the store (unknown tool, unusable arguments), is never marked.
+    ///
+    /// The marker, for content `c` (the value's JSON, or `{"error":{…}}` for a failure) and
+    /// the first run at `2026-12-01T20:33:33.123Z`:
+    ///
+    /// - JSON content: `{"idem":{"first_run_at":"2026-12-01T20:33:33.123Z","replayed":true},"result":c}`
+    ///   (members sorted, as D5's text is), or for a reconciled outcome
+    ///   `{"idem":{"reconciled":true,"reconciled_at":"…"},"result":c}`;
+    /// - text content (a tool's string value, which D5 sends as itself): the line
+    ///   `[idem: replayed; first run at 2026-12-01T20:33:33.123Z]` (reconciled:
+    ///   `[idem: reconciled; an earlier run's effect was confirmed at …]`), a newline, then
+    ///   the text.
+    ///
+    /// Where it goes, per provider:
+    ///
+    /// | Provider | marked | unchanged |
+    /// | --- | --- | --- |
+    /// | OpenAI Chat | the tool message's `content` string | `role`, `tool_call_id` |
+    /// | OpenAI Responses | the `function_call_output`'s `output` string | `type`, `call_id` |
+    /// | Anthropic | the `tool_result`'s `content` string | `tool_use_id`, `is_error` |
+    /// | Gemini | `functionResponse.response`, a JSON object: an `idem` member beside its `result` (or `error`), so `{"idem":{…},"result":value}` | `name`, `id`; a failure stays under `error` |
+    /// | MCP | `result.content[0].text` | `structuredContent` (it must match the tool's output schema), `isError`, the JSON-RPC `id` |
+    ///
+    /// The typed integrations (`integrations::async_openai`, `integrations::genai`) take
+    /// their content from these results, so their tool messages, `function_call_output`
+    /// items and `ToolResponse`s carry the same marked text. Every caller of a key that
+    /// did not run it is marked, including the second of two identical calls in one
+    /// message (D4), and a retry that replays the outcome its own lost attempt saved (D3).
+    ///
+    /// ```
+    /// # extern crate idem_runtime as idem_agent;
+    /// use std::sync::Arc;
+    /// use idem_agent::dispatch::{parse_turns_str, Conversation, Dispatcher, Tool};
+    /// use idem_agent::testkit::ManualClock;
+    /// use idem_agent::{prepare, Engine, MemoryStore, Timestamp, ToolError, ToolSpec};
+    /// static SEND_REFUND: ToolSpec = ToolSpec::new("send_refund");
+    /// #[derive(serde::Deserialize)]
+    /// struct Args { order: u64 }
+    /// // What `#[idempotent] async fn send_refund(order: u64)` registers as `send_refund::tool()`.
+    /// let send_refund = Tool::from_async("send_refund", |a: Args, _ctx| async move {
+    ///     prepare(&SEND_REFUND, None, |b| b.key("order", &a.order).map(drop))?
+    ///         .run(async move { Ok::<_, ToolError>(format!("refunded order {}", a.order)) })
+    ///         .await
+    /// });
+    /// let clock = ManualClock::starting_at(Timestamp::from_millis(1_796_157_213_123));
+    /// let dispatcher = Dispatcher::builder()
+    ///     .tool(send_refund)
+    ///     .engine(Engine::from_shared(Arc::new(MemoryStore::new()), Arc::new(clock)))
+    ///     .mark_replays(true)
+    ///     .build()?;
+    /// let turns = parse_turns_str(r#"{"role":"assistant","tool_calls":[{"id":"call_1","type":"function",
+    ///     "function":{"name":"send_refund","arguments":"{\"order\":7}"}}]}"#)?;
+    /// # tokio::runtime::Builder::new_current_thread().build()?.block_on(async {
+    /// let conversation = Conversation::new("conv_1");
+    /// let first = dispatcher.dispatch_turn(&turns[0], &conversation).await;
+    /// assert_eq!(first.messages()[0]["content"], "refunded order 7");
+    /// // The model's turn is retried: the saved outcome comes back, marked.
+    /// let again = dispatcher.dispatch_turn(&turns[0], &conversation).await;
+    /// assert_eq!(
+    ///     again.messages()[0]["content"],
+    ///     "[idem: replayed; first run at 2026-12-01T20:33:33.123Z]\nrefunded order 7"
+    /// );
+    /// # });
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn mark_replays(mut self, mark: bool) -> Self {
+        self.mark_replays = mark;
+        self
+    }
+
     /// The dispatcher.
     ///
     /// # Errors
@@ -135,6 +225,7 @@ impl DispatcherBuilder {
             engine: self.engine,
             retry: self.retry.unwrap_or_default(),
             transport: self.transport.unwrap_or_else(|| Arc::new(InProcess)),
+            mark_replays: self.mark_replays,
         })
     }
 }
@@ -148,6 +239,14 @@ impl Dispatcher {
     /// The tool registered as `name`.
     pub fn tool(&self, name: &str) -> Option<&Tool> {
         self.tools.get(name)
+    }
+
+    /// This dispatcher (its tools, engine, retry policy and transport), marking replays
+    /// or not (D6), for tools that do not choose for themselves: see
+    /// [`DispatcherBuilder::mark_replays`] for the marker in each provider's shape.
+    pub fn mark_replays(mut self, mark: bool) -> Self {
+        self.mark_replays = mark;
+        self
     }
 
     /// Runs every call of `turn` concurrently under `conversation` and reports each
@@ -172,8 +271,9 @@ impl Dispatcher {
     pub async fn dispatch_call(&self, call: &ToolCall, conversation: &Conversation) -> CallReport {
         let (tool, arguments) = match self.runnable(call) {
             Ok(runnable) => runnable,
-            Err(failure) => return report(call, Vec::new(), None, failure_reply(failure)),
+            Err(failure) => return report(call, Vec::new(), None, failure_reply(failure), false),
         };
+        let mark_replays = tool.replay_marking().unwrap_or(self.mark_replays);
         let record = AttemptRecord::new(call.name.as_str());
         let mut attempts: Vec<Attempt> = Vec::new();
         for number in 1..=self.retry.max_attempts() {
@@ -217,7 +317,7 @@ impl Dispatcher {
             .derived()
             .map(|derived| derived.key)
             .or_else(|| reply.record.as_ref().map(|r| r.key.clone()));
-        report(call, attempts, key, reply)
+        report(call, attempts, key, reply, mark_replays)
     }
 
     /// The tool and arguments of `call`, or the failure that keeps it from running (D2).
@@ -251,11 +351,13 @@ fn report(
     attempts: Vec<Attempt>,
     key: Option<IdempotencyKey>,
     reply: ToolReply,
+    mark_replays: bool,
 ) -> CallReport {
+    let record = reply.record.as_ref().filter(|_| mark_replays);
     CallReport {
         id: call.id.clone(),
         tool: call.name.clone(),
-        result: call_result(call, &reply.result),
+        result: marked_call_result(call, &reply.result, record),
         attempts,
         reply,
         key,

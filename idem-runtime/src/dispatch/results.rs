@@ -7,6 +7,11 @@
 //! (`{"refund_id":"re_1"}`, `42`), and a failure as the JSON text of
 //! `{"error":{"kind","message","retryable","detail"?}}`.
 //!
+//! A dispatcher (or tool) that marks replays (D6) changes the content of a replayed or
+//! reconciled call's result so the model can tell it did not run now; see
+//! [`DispatcherBuilder::mark_replays`](crate::dispatch::DispatcherBuilder::mark_replays).
+//! [`call_result`] itself never marks.
+//!
 //! | Provider | one call ([`call_result`]) | one turn ([`turn_messages`]) |
 //! | --- | --- | --- |
 //! | OpenAI Chat | `{"role":"tool","tool_call_id","content":"<json>"}` | one message per call |
@@ -30,7 +35,9 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::clock::Timestamp;
 use crate::dispatch::{FailureKind, Provider, ToolCall, ToolFailure};
+use crate::outcome::{CallRecord, CallStatus};
 
 /// JSON-RPC "Invalid params", which MCP uses for unknown tools and malformed requests.
 pub const JSONRPC_INVALID_PARAMS: i64 = -32602;
@@ -57,25 +64,83 @@ pub const JSONRPC_INVALID_PARAMS: i64 = -32602;
 /// # Ok::<(), idem_agent::dispatch::ParseError>(())
 /// ```
 pub fn call_result(call: &ToolCall, result: &Result<Value, ToolFailure>) -> Value {
+    shaped(call, result, None)
+}
+
+/// [`call_result`], with the replay marker the model reads (D6) when `record` says the
+/// outcome did not run now (replayed or reconciled); see
+/// [`DispatcherBuilder::mark_replays`](crate::dispatch::DispatcherBuilder::mark_replays)
+/// for the shapes. An executed call's result, or one with no record, is [`call_result`]'s.
+pub(crate) fn marked_call_result(
+    call: &ToolCall,
+    result: &Result<Value, ToolFailure>,
+    record: Option<&CallRecord>,
+) -> Value {
+    shaped(call, result, record.and_then(Marker::of))
+}
+
+fn shaped(call: &ToolCall, result: &Result<Value, ToolFailure>, marker: Option<Marker>) -> Value {
     match call.provider {
         Provider::OpenAiChat => json!({
             "role": "tool",
             "tool_call_id": call.id,
-            "content": text(result),
+            "content": text(result, marker),
         }),
         Provider::OpenAiResponses => json!({
             "type": "function_call_output",
             "call_id": call.id,
-            "output": text(result),
+            "output": text(result, marker),
         }),
         Provider::Anthropic => json!({
             "type": "tool_result",
             "tool_use_id": call.id,
-            "content": text(result),
+            "content": text(result, marker),
             "is_error": result.is_err(),
         }),
-        Provider::Gemini => gemini_part(call, result),
-        Provider::Mcp => mcp_response(call, result),
+        Provider::Gemini => gemini_part(call, result, marker),
+        Provider::Mcp => mcp_response(call, result, marker),
+    }
+}
+
+/// What a replay marker tells the model (D6): the outcome did not run now, and when the
+/// run (or the reconciliation) that produced it claimed the key.
+#[derive(Debug, Clone, Copy)]
+enum Marker {
+    /// A saved outcome, returned again; the time its run claimed the key.
+    Replayed(Timestamp),
+    /// An outcome an earlier run's effect was found to have (U3); the time of the takeover
+    /// that checked.
+    Reconciled(Timestamp),
+}
+
+impl Marker {
+    fn of(record: &CallRecord) -> Option<Marker> {
+        match record.status {
+            CallStatus::Executed => None,
+            CallStatus::Replayed => Some(Marker::Replayed(record.created_at)),
+            CallStatus::Reconciled => Some(Marker::Reconciled(record.created_at)),
+        }
+    }
+
+    /// The `idem` member of marked JSON content.
+    fn object(self) -> Value {
+        match self {
+            Marker::Replayed(at) => json!({"replayed": true, "first_run_at": at.to_rfc3339()}),
+            Marker::Reconciled(at) => {
+                json!({"reconciled": true, "reconciled_at": at.to_rfc3339()})
+            }
+        }
+    }
+
+    /// The line that leads marked text content (without its newline).
+    fn line(self) -> String {
+        match self {
+            Marker::Replayed(at) => format!("[idem: replayed; first run at {}]", at.to_rfc3339()),
+            Marker::Reconciled(at) => format!(
+                "[idem: reconciled; an earlier run's effect was confirmed at {}]",
+                at.to_rfc3339()
+            ),
+        }
     }
 }
 
@@ -116,25 +181,50 @@ pub fn failure_object(failure: &ToolFailure) -> Value {
 /// the same bytes even when serde_json's `preserve_order` is on in the build (a dependency
 /// such as genai turns it on), where the live value keeps its insertion order and the
 /// replayed one comes back sorted.
-fn text(result: &Result<Value, ToolFailure>) -> String {
+///
+/// With a `marker` (D6), a string value is led by the marker's line and a newline, and any
+/// other content `c` becomes the JSON text of `{"idem":{…},"result":c}`.
+fn text(result: &Result<Value, ToolFailure>, marker: Option<Marker>) -> String {
     let sorted = |value: &Value| {
         crate::canonical::capture(value)
             .ok()
             .and_then(|node| serde_json::to_string(&node).ok())
             .unwrap_or_else(|| value.to_string())
     };
-    match result {
-        Ok(Value::String(text)) => text.clone(),
-        Ok(value) => sorted(value),
-        Err(failure) => sorted(&json!({"error": failure_object(failure)})),
+    let error;
+    let content = match result {
+        Ok(Value::String(text)) => {
+            return match marker {
+                Some(marker) => format!("{}\n{text}", marker.line()),
+                None => text.clone(),
+            }
+        }
+        Ok(value) => value,
+        Err(failure) => {
+            error = json!({"error": failure_object(failure)});
+            &error
+        }
+    };
+    match marker {
+        Some(marker) => sorted(&json!({"idem": marker.object(), "result": content})),
+        None => sorted(content),
     }
 }
 
-fn gemini_part(call: &ToolCall, result: &Result<Value, ToolFailure>) -> Value {
-    let response = match result {
-        Ok(value) => json!({"result": value}),
-        Err(failure) => json!({"error": failure_object(failure)}),
+fn gemini_part(
+    call: &ToolCall,
+    result: &Result<Value, ToolFailure>,
+    marker: Option<Marker>,
+) -> Value {
+    let mut response = Map::new();
+    if let Some(marker) = marker {
+        response.insert("idem".into(), marker.object());
+    }
+    match result {
+        Ok(value) => response.insert("result".into(), value.clone()),
+        Err(failure) => response.insert("error".into(), failure_object(failure)),
     };
+    let response = Value::Object(response);
     let mut function_response = Map::new();
     function_response.insert("name".into(), json!(call.name));
     if !call.id_synthesized {
@@ -144,7 +234,11 @@ fn gemini_part(call: &ToolCall, result: &Result<Value, ToolFailure>) -> Value {
     json!({"functionResponse": function_response})
 }
 
-fn mcp_response(call: &ToolCall, result: &Result<Value, ToolFailure>) -> Value {
+fn mcp_response(
+    call: &ToolCall,
+    result: &Result<Value, ToolFailure>,
+    marker: Option<Marker>,
+) -> Value {
     let id = call
         .request_id
         .clone()
@@ -164,11 +258,61 @@ fn mcp_response(call: &ToolCall, result: &Result<Value, ToolFailure>) -> Value {
     let mut body = Map::new();
     body.insert(
         "content".into(),
-        json!([{"type": "text", "text": text(result)}]),
+        json!([{"type": "text", "text": text(result, marker)}]),
     );
     if let Ok(structured @ Value::Object(_)) = result {
         body.insert("structuredContent".into(), structured.clone());
     }
     body.insert("isError".into(), json!(result.is_err()));
     json!({"jsonrpc": "2.0", "id": id, "result": body})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dispatch::parse_turns;
+    use crate::key::IdempotencyKey;
+
+    fn chat_call() -> ToolCall {
+        let message = json!({"role": "assistant", "tool_calls": [{"id": "call_1", "type": "function",
+            "function": {"name": "send_refund", "arguments": "{\"order\":7}"}}]});
+        parse_turns(&message).unwrap().remove(0).calls.remove(0)
+    }
+
+    fn record(status: CallStatus) -> CallRecord {
+        CallRecord {
+            tool: "send_refund".into(),
+            key: IdempotencyKey::from_hex(&"a".repeat(64)).unwrap(),
+            status,
+            created_at: Timestamp::from_millis(1_796_157_213_123),
+            expires_at: Timestamp::from_millis(1_796_243_613_123),
+            recorded: true,
+            takeover: status == CallStatus::Reconciled,
+            fence: 2,
+        }
+    }
+
+    // pins D6: an executed call, or one that never reached the store, is not marked; a
+    // reconciled outcome (it did not run now either) is marked `reconciled` with the time
+    // of the takeover that found it, as JSON and as a leading line
+    #[test]
+    fn only_outcomes_that_did_not_run_now_are_marked() {
+        let call = chat_call();
+        let value: Result<Value, ToolFailure> = Ok(json!({"refund_id": "re_7"}));
+        let plain = call_result(&call, &value);
+        let executed = record(CallStatus::Executed);
+        assert_eq!(marked_call_result(&call, &value, Some(&executed)), plain);
+        assert_eq!(marked_call_result(&call, &value, None), plain);
+
+        let reconciled = record(CallStatus::Reconciled);
+        assert_eq!(
+            marked_call_result(&call, &value, Some(&reconciled))["content"],
+            r#"{"idem":{"reconciled":true,"reconciled_at":"2026-12-01T20:33:33.123Z"},"result":{"refund_id":"re_7"}}"#
+        );
+        let text: Result<Value, ToolFailure> = Ok(json!("refunded"));
+        assert_eq!(
+            marked_call_result(&call, &text, Some(&reconciled))["content"],
+            "[idem: reconciled; an earlier run's effect was confirmed at 2026-12-01T20:33:33.123Z]\nrefunded"
+        );
+    }
 }

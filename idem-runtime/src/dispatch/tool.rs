@@ -25,10 +25,15 @@ type CallFn = dyn Fn(Value, CallContext) -> ReplyFuture + Send + Sync;
 /// closure (for methods: capture the receiver). The arguments object is deserialized into
 /// `A` (a struct whose fields are the parameters); arguments that do not fit give a
 /// [`FailureKind::BadArguments`] reply and the tool does not run (D2).
+///
+/// [`mark_replays`](Tool::mark_replays) chooses, for this tool alone, whether a replayed
+/// result tells the model it is a replay (D6).
 #[derive(Clone)]
 pub struct Tool {
     name: Arc<str>,
     call: Arc<CallFn>,
+    /// This tool's own choice of replay marking (D6); `None` follows the dispatcher's.
+    mark_replays: Option<bool>,
 }
 
 impl fmt::Debug for Tool {
@@ -206,6 +211,7 @@ impl Tool {
         Tool {
             name,
             call: Arc::new(call),
+            mark_replays: None,
         }
     }
 
@@ -230,6 +236,7 @@ impl Tool {
         Tool {
             name,
             call: Arc::new(call),
+            mark_replays: None,
         }
     }
 
@@ -241,6 +248,32 @@ impl Tool {
     /// Calls the tool with a JSON arguments object under `context`.
     pub fn call(&self, arguments: Value, context: CallContext) -> ReplyFuture {
         (self.call)(arguments, context)
+    }
+
+    /// Whether a replayed result of this tool carries the replay marker the model reads
+    /// (D6), whatever the dispatcher's own setting
+    /// ([`DispatcherBuilder::mark_replays`](crate::dispatch::DispatcherBuilder::mark_replays),
+    /// which describes the marker in each provider's shape). `true` marks this tool's
+    /// replays under a dispatcher that does not mark; `false` leaves them unmarked under one
+    /// that does. A tool on which this is never called follows the dispatcher.
+    ///
+    /// ```
+    /// # extern crate idem_runtime as idem_agent;
+    /// use idem_agent::dispatch::{Dispatcher, Tool};
+    /// use idem_agent::ToolError;
+    /// let refund = Tool::from_sync("send_refund", |_: serde_json::Value, _ctx| Ok::<_, ToolError>("sent"))
+    ///     .mark_replays(true);
+    /// let dispatcher = Dispatcher::builder().tool(refund).build()?;
+    /// # Ok::<(), idem_agent::dispatch::BuildError>(())
+    /// ```
+    pub fn mark_replays(mut self, mark: bool) -> Tool {
+        self.mark_replays = Some(mark);
+        self
+    }
+
+    /// This tool's own replay marking choice; `None` when it follows the dispatcher's.
+    pub(crate) fn replay_marking(&self) -> Option<bool> {
+        self.mark_replays
     }
 }
 
