@@ -22,7 +22,9 @@ use idem_runtime::{
 
 use crate::support::{default_spec, key_of, refund, spec, FaultyStore, Harness, TestStore};
 
+mod inspect;
 mod never_twice;
+pub use inspect::*;
 pub use never_twice::*;
 
 /// The label every claim and takeover of these tests writes (P1).
@@ -160,6 +162,15 @@ macro_rules! conformance_suite {
                 store_handles_extreme_timestamps,
                 first_execution_costs_two_round_trips_and_a_replay_one,
                 round_trips_are_counted_for_every_operation_and_shared_by_the_engine,
+                records_carry_tool_scope_and_fence_but_no_arguments,
+                audited_tools_keep_their_key_arguments,
+                a_call_is_found_by_tool_scope_and_arguments,
+                list_filters_by_tool_scope_state_and_time,
+                list_pages_follow_the_cursor,
+                purge_deletes_one_key_and_needs_force_for_in_progress,
+                purge_matching_deletes_what_the_filter_selects,
+                stats_count_live_records_by_state_and_tool,
+                tenants_never_share_a_record,
             );
             multi_thread_tests!(
                 sixty_four_concurrent_async_callers_run_the_body_once,
