@@ -4,7 +4,7 @@
 //! feature, which links `libsqlite3-sys` 0.30: the version sqlx 0.8 links, so this store
 //! and sqlx's SQLite driver can sit in one build (cargo allows one `libsqlite3-sys`).
 //!
-//! # Schema (version 2)
+//! # Schema (version 3)
 //!
 //! Created on first use, inside one `BEGIN IMMEDIATE` transaction, next to any tables the
 //! file already holds (every name starts with `idem_`). The file then holds:
@@ -12,7 +12,7 @@
 //! ```sql
 //! CREATE TABLE idem_meta (
 //!     name  TEXT PRIMARY KEY NOT NULL,  -- 'schema_version'
-//!     value INTEGER NOT NULL            -- 2
+//!     value INTEGER NOT NULL            -- 3
 //! );
 //! CREATE TABLE idem_records (
 //!     key           TEXT PRIMARY KEY NOT NULL, -- the idempotency key (64 hex digits)
@@ -26,13 +26,27 @@
 //!     fence         INTEGER NOT NULL DEFAULT 1 CHECK (fence >= 1),  -- fencing token (F1)
 //!     unknown_since INTEGER   -- outcome unknown: when that run claimed the key, ms (U1)
 //!         CHECK (unknown_since IS NULL OR outcome IS NULL),
+//!     -- the label (P1), written by every claim and takeover; all NULL in a row written
+//!     -- before version 3 (P4):
+//!     tool          TEXT,     -- the tool's name
+//!     namespace     TEXT,     -- the engine's namespace (K11); NULL: none
+//!     scope         TEXT,     -- the scope path's text: `kind=value` parts joined by `/`
+//!                             -- ('' for global)
+//!     key_args      TEXT,     -- audited tools only: the canonical JSON of the key
+//!                             -- arguments (P2); NULL otherwise
 //!     CHECK ((owner IS NOT NULL AND lease_until IS NOT NULL
 //!             AND outcome IS NULL AND completed_at IS NULL)
 //!         OR (owner IS NULL AND lease_until IS NULL
 //!             AND outcome IS NOT NULL AND completed_at IS NOT NULL))
 //! );
-//! CREATE INDEX idem_records_expires_at ON idem_records (expires_at);
+//! CREATE INDEX idem_records_expires_at ON idem_records (expires_at);        -- garbage (G1)
+//! CREATE INDEX idem_records_created_at ON idem_records (created_at, key);   -- listing (I3)
+//! CREATE INDEX idem_records_tool ON idem_records (tool, created_at, key);   -- by tool (I3)
+//! CREATE INDEX idem_records_scope ON idem_records (scope);                  -- by scope (I3)
 //! ```
+//!
+//! (SQLite keeps the table's definition as `CREATE TABLE` of version 1 followed by the
+//! columns its migrations added, in the order above.)
 //!
 //! A row is in progress when `owner` is set and `unknown_since` is not, outcome unknown
 //! when both are set, and completed when `outcome` is set. Times are whole milliseconds
@@ -48,11 +62,16 @@
 //! in place, inside the set-up transaction, so it is all or nothing and happens once when
 //! several processes open the file together. Version 1 (no `fence`, no `unknown_since`)
 //! becomes version 2 by `ALTER TABLE idem_records ADD COLUMN` of the two columns, without
-//! rewriting a row: every stored record keeps its state and reads back with fence 1. A new
-//! file is created as version 1 and migrated by the same steps, so new and migrated files
-//! have one schema. A file of a newer version (or of a version no build wrote) is refused
-//! with [`SqliteOpenError::UnsupportedSchema`] and left untouched; so is a migrated file by
-//! a build of version 1, whose processes therefore cannot open it. Processes of such a
+//! rewriting a row: every stored record keeps its state and reads back with fence 1.
+//! Version 2 becomes version 3 by adding the four label columns the same way and creating
+//! the three listing indexes (`CREATE INDEX IF NOT EXISTS`; building them reads every row
+//! once): every stored record keeps its state and fence, keeps replaying, and reads back
+//! with no label (P4).
+//! A version-1 file runs both steps in the one transaction. A new file is created as
+//! version 1 and migrated by the same steps, so new and migrated files have one schema. A
+//! file of a newer version (or of a version no build wrote) is refused with
+//! [`SqliteOpenError::UnsupportedSchema`] and left untouched; so is a migrated file by a
+//! build of an older version, whose processes therefore cannot open it. Processes of such a
 //! build that already had the file open when it was migrated must be stopped: upgrade
 //! every process that shares a file together.
 //!
@@ -66,6 +85,8 @@
 //!   each, `UPDATE/DELETE … WHERE key = ? AND owner = ? …`. Take over also matches the
 //!   seen lease deadline and accepts a row in progress or outcome unknown; the others
 //!   accept only a row in progress (`unknown_since IS NULL`).
+//! - claim and take over write the label columns (P1); a claim over an expired row and a
+//!   takeover replace them, so a takeover of a row written before version 3 labels it.
 //! - expiry is compared with the `now` the engine passes in, never SQLite's clock.
 //!
 //! # Garbage collection (G1)
