@@ -17,8 +17,8 @@ use idem_runtime::envelope::Envelope;
 use idem_runtime::key::{Fingerprint, IdempotencyKey};
 use idem_runtime::store::sqlite::SQLITE_SCHEMA_VERSION;
 use idem_runtime::store::{
-    Claim, ClaimRequest, Completion, MarkUnknownRequest, OwnerToken, Record, RecordState,
-    RenewRequest, TakeoverRequest,
+    Claim, ClaimRequest, Completion, ListQuery, MarkUnknownRequest, OwnerToken, PurgeOutcome,
+    Record, RecordState, RenewRequest, TakeoverRequest,
 };
 use idem_runtime::{
     prepare, Clock, SqliteOpenError, SqliteStore, Store, StoreErrorKind, SystemClock, Timestamp,
@@ -439,6 +439,62 @@ fn outcome() -> Envelope {
 
 fn round_trips(store: &SqliteStore) -> u64 {
     store.round_trips().expect("the SQLite store counts")
+}
+
+// pins I3, I4, I5 (what `Store::round_trips` documents): listing, counting, purging one key
+// (deleted, kept or absent) and purging by filter (with and without force) are one round trip
+// each
+#[tokio::test]
+async fn inspection_costs_one_round_trip_per_operation() {
+    let store = SqliteStore::open_in_memory().unwrap();
+    let owner = OwnerToken::random();
+    for n in 1..=3 {
+        claim(&store, &key(n), owner, at(n), at(100), at(1_000)).await;
+    }
+    for n in 1..=2 {
+        let saved = store.complete(&key(n), owner, &outcome(), at(5)).await;
+        assert_eq!(saved, Ok(Completion::Saved));
+    }
+    let mut last = round_trips(&store);
+    let mut one_more = |store: &SqliteStore| {
+        let now = round_trips(store);
+        assert_eq!(now - last, 1);
+        last = now;
+    };
+    let page = store.list(&ListQuery::new().limit(1), at(6)).await.unwrap();
+    assert!(page.next.is_some());
+    one_more(&store);
+    let page = store
+        .list(&ListQuery::new().limit(1).after(page.next.unwrap()), at(6))
+        .await
+        .unwrap();
+    assert_eq!(page.records.len(), 1);
+    one_more(&store);
+    assert_eq!(store.stats(at(6)).await.unwrap().total.total(), 3);
+    one_more(&store);
+    let kept = store.purge(&key(3), false, at(6)).await.unwrap();
+    assert!(matches!(kept, PurgeOutcome::Kept(_)), "{kept:?}");
+    one_more(&store);
+    let deleted = store.purge(&key(1), false, at(6)).await.unwrap();
+    assert!(matches!(deleted, PurgeOutcome::Deleted(_)), "{deleted:?}");
+    one_more(&store);
+    assert_eq!(
+        store.purge(&key(1), false, at(6)).await,
+        Ok(PurgeOutcome::Absent)
+    );
+    one_more(&store);
+    let counts = store
+        .purge_matching(&ListQuery::new(), false, at(6))
+        .await
+        .unwrap();
+    assert_eq!((counts.deleted, counts.kept), (1, 1));
+    one_more(&store);
+    let counts = store
+        .purge_matching(&ListQuery::new(), true, at(6))
+        .await
+        .unwrap();
+    assert_eq!((counts.deleted, counts.kept), (1, 0));
+    one_more(&store);
 }
 
 // pins F1: the fence strictly increases claim → takeover → takeover, and across a claim of the
@@ -938,7 +994,8 @@ fn schema_version(path: &std::path::Path) -> i64 {
 // pins P4, S3, F1, U1 (an old store keeps working): a file written by a version-1 build is
 // migrated in place when opened: its records read back with fence 1, their state and no label,
 // its saved outcome replays through the protocol, its claim in progress completes, new claims,
-// renewals and mark-unknowns work on it and are labelled; opening it again changes nothing
+// renewals and mark-unknowns work on it and are labelled, and it is listed and counted;
+// opening it again changes nothing
 #[tokio::test]
 async fn a_version_1_file_is_migrated_in_place_and_keeps_its_records() {
     an_old_file_is_upgraded_in_place(1).await;
@@ -1080,6 +1137,38 @@ async fn an_old_file_is_upgraded_in_place(version: i64) {
         assert_eq!((taken.fence, taken.label), (3, Some(LABEL.clone())));
     }
 
+    // Listed and counted: the old records with no label (tool ""), the new one with its own.
+    let listed = store.list(&ListQuery::new(), at(70)).await.unwrap();
+    let labels: Vec<_> = listed
+        .records
+        .iter()
+        .map(|r| (r.key.clone(), r.record.label.clone()))
+        .collect();
+    // Newest first; `running` and `done` share T0, so the larger key comes first.
+    let mut old = [running.clone(), done.clone()];
+    old.sort_by(|a, b| b.cmp(a));
+    let mut expected = vec![(fresh.clone(), Some(LABEL.clone()))];
+    if version == 2 {
+        expected.insert(0, (old_unknown.clone(), Some(LABEL.clone())));
+    }
+    expected.extend(old.into_iter().map(|k| (k, None)));
+    assert_eq!(labels, expected);
+    let unlabelled = store
+        .list(&ListQuery::new().tool(""), at(70))
+        .await
+        .unwrap();
+    assert_eq!(unlabelled.records.len(), 2);
+    let in_scope = store
+        .list(&ListQuery::new().scope(LABEL.scope.clone()), at(70))
+        .await
+        .unwrap();
+    assert_eq!(in_scope.records.len(), expected.len() - 2);
+    let stats = store.stats(at(70)).await.unwrap();
+    assert_eq!(stats.by_tool[""].completed, 2);
+    assert_eq!(
+        stats.by_tool[LABEL.tool.as_str()].total(),
+        expected.len() as u64 - 2
+    );
     drop(store);
 
     let again = SqliteStore::open(&path).expect("a migrated file opens again");

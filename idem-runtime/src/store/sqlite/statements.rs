@@ -50,6 +50,7 @@ macro_rules! record_columns {
        outcome, completed_at, tool, namespace, scope, key_args"
     };
 }
+pub(super) use record_columns;
 
 const READ_LIVE: &str = concat!(
     "SELECT ",
