@@ -114,6 +114,7 @@
 //! duplicates poll with backoff (S5), which also notices a record marked unknown.
 
 mod connection;
+mod inspect;
 mod record;
 mod scripts;
 
@@ -130,14 +131,16 @@ pub use record::REDIS_LAYOUT_VERSION;
 use super::in_flight::Undo;
 use super::locator::redact_url as redact;
 use super::{
-    Claim, ClaimRequest, Completion, MarkUnknownRequest, OwnerToken, Record, RenewRequest, Store,
-    StoreError, StoreFuture, TakeoverRequest,
+    Claim, ClaimRequest, Completion, ListPage, ListQuery, MarkUnknownRequest, OwnerToken,
+    PurgeCounts, PurgeOutcome, Record, RenewRequest, Store, StoreError, StoreFuture, StoreStats,
+    TakeoverRequest,
 };
 use crate::clock::Timestamp;
 use crate::envelope::Envelope;
 use crate::key::IdempotencyKey;
+use crate::label::RecordLabel;
 use connection::config;
-use record::{number_arg, parse_number, FIELDS};
+use record::{number_arg, optional_arg, parse_number, FIELDS};
 use scripts::as_flag;
 
 /// The key prefix used unless [`RedisStore::with_prefix`] sets another.
@@ -270,6 +273,16 @@ impl fmt::Debug for RedisStore {
     }
 }
 
+/// The script arguments of a label (P1): tool, scope (its text form), namespace, key_args.
+fn label_args(label: &RecordLabel) -> [String; 4] {
+    [
+        label.tool.clone(),
+        label.scope.to_string(),
+        optional_arg(label.namespace.as_deref()),
+        optional_arg(label.key_args.as_deref()),
+    ]
+}
+
 /// A compare-and-set script's answer, or a corrupt-record error naming `what` answered.
 fn flag(
     store: &RedisStore,
@@ -283,13 +296,14 @@ fn flag(
 impl Store for RedisStore {
     fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, Claim> {
         let key = req.key.clone();
-        let args = vec![
+        let mut args = vec![
             number_arg(req.now.as_millis()),
             req.fingerprint.as_str().to_owned(),
             number_arg(req.expires_at.as_millis()),
             req.owner.to_hex(),
             number_arg(req.lease_until.as_millis()),
         ];
+        args.extend(label_args(req.label));
         let eval = self.eval("claim", &scripts::CLAIM, &key, args);
         let store = self.clone();
         let undo = Undo {
@@ -316,7 +330,7 @@ impl Store for RedisStore {
     }
 
     fn take_over<'a>(&'a self, req: TakeoverRequest<'a>) -> StoreFuture<'a, bool> {
-        let args = vec![
+        let mut args = vec![
             req.seen_owner.to_hex(),
             number_arg(req.seen_lease_until.as_millis()),
             number_arg(req.now.as_millis()),
@@ -325,6 +339,7 @@ impl Store for RedisStore {
             number_arg(req.expires_at.as_millis()),
             number_arg(req.fence),
         ];
+        args.extend(label_args(req.label));
         let eval = self.eval("take over", &scripts::TAKE_OVER, req.key, args);
         let (store, key) = (self.clone(), req.key.clone());
         self.run(
@@ -411,6 +426,46 @@ impl Store for RedisStore {
             },
             None,
         )
+    }
+
+    /// Walks the prefix's index (or the tool's) newest first, in batches of
+    /// `max(limit + 1, 100)` members, one `EVALSHA` each; see the
+    /// [module documentation](self) for the cost.
+    fn list<'a>(&'a self, query: &'a ListQuery, now: Timestamp) -> StoreFuture<'a, ListPage> {
+        let (store, query) = (self.clone(), query.clone());
+        self.run(async move { store.list_page(&query, now).await }, None)
+    }
+
+    /// One `EVALSHA`: compares the state, then deletes the record and its index members.
+    fn purge<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        force: bool,
+        now: Timestamp,
+    ) -> StoreFuture<'a, PurgeOutcome> {
+        let (store, key) = (self.clone(), key.clone());
+        self.run(async move { store.purge_key(&key, force, now).await }, None)
+    }
+
+    /// Walks the index as [`list`](Store::list) does (batches of 1000 members), then one
+    /// `EVALSHA` per matching record.
+    fn purge_matching<'a>(
+        &'a self,
+        query: &'a ListQuery,
+        force: bool,
+        now: Timestamp,
+    ) -> StoreFuture<'a, PurgeCounts> {
+        let (store, query) = (self.clone(), query.clone());
+        self.run(
+            async move { store.purge_all(&query, force, now).await },
+            None,
+        )
+    }
+
+    /// Walks the whole index (batches of 1000 members, outcomes left out): O(records).
+    fn stats<'a>(&'a self, now: Timestamp) -> StoreFuture<'a, StoreStats> {
+        let store = self.clone();
+        self.run(async move { store.count(now).await }, None)
     }
 
     fn needs_runtime_io(&self) -> bool {
