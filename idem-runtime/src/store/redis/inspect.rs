@@ -305,7 +305,7 @@ impl RedisStore {
     /// layout this build does not read, or without a valid `created_at` are skipped.
     ///
     /// # Errors
-    /// [`StoreErrorKind::Unavailable`](crate::StoreErrorKind::Unavailable) when the server
+    /// [`StoreErrorKind::Unavailable`] when the server
     /// cannot be reached, [`StoreErrorKind::Unsupported`] outside a tokio runtime.
     pub async fn reindex(&self) -> Result<u64, StoreError> {
         let store = self.clone();

@@ -355,13 +355,21 @@ return {{'deleted', r}}
 /// Redis deleted, which it forgets (after the walk, so the walk's offsets stay valid). Fewer
 /// than asked: the set holds no more in the range. Members of the cursor's own score are
 /// skipped one by one (those that sort after the cursor's member): the cost of a cursor is
-/// the number of records created in its millisecond.
+/// the number of records created in its millisecond. Members compare byte by byte (Lua's
+/// `<` on strings follows the server's locale), as Redis orders them.
 pub(super) static LIST_BATCH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         r"{prelude}
 local SET = KEYS[2]
 local n = tonumber(ARGV[5])
 local out, gone = {{}}, {{}}
+local function before(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
 local function take(m, score)
   local key = REC .. m
   if redis.call('EXISTS', key) == 0 then
@@ -380,7 +388,7 @@ if ARGV[3] ~= '' then
     local ms = redis.call('ZREVRANGEBYSCORE', SET, max, max, 'LIMIT', off, 100)
     off = off + #ms
     for _, m in ipairs(ms) do
-      if m < ARGV[3] and #out < n then take(m, max) end
+      if before(m, ARGV[3]) and #out < n then take(m, max) end
     end
   until #ms < 100 or #out >= n
   max = '(' .. max
