@@ -50,7 +50,7 @@ use proc_macro::TokenStream;
 ///
 /// | option | default | meaning |
 /// |---|---|---|
-/// | `scope = "conversation"` | `"conversation"` | Whose calls share keys: `"conversation"` (the conversation id of the call's `CallContext`), `"global"` (no scope value: everyone who shares the store), `"call"` (the provider's tool-call id: only retries of one tool call replay, for tools whose equal calls are distinct intents, like rolling a die), or a name of your own (`"tenant"`: the value set with `CallContext::with_scope("tenant", …)`). Own names are ASCII letters, digits, `_`, `-`, `.`, starting with a letter. |
+/// | `scope = "conversation"` | `"conversation"` | Whose calls share keys: `"conversation"` (the conversation id of the call's `CallContext`), `"global"` (no scope value: everyone who shares the store), `"call"` (the provider's tool-call id: only retries of one tool call replay, for tools whose equal calls are distinct intents, like rolling a die), or a name of your own (`"tenant"`: the value set with `CallContext::with_scope("tenant", …)`). Own names are ASCII letters, digits, `_`, `-`, `.`, starting with a letter, and differ from every built-in name by more than two edits: a name within two (`conversaton`, `globl`, but also `local` or `cell`) is a compile error suggesting the built-in (K12). |
 /// | `ttl = "24h"` | `"24h"` | How long a saved outcome is replayed, from the claim. |
 /// | `lease = "60s"` | `"60s"` | How long a claim is held before a caller may take it over (when the owner died). `"0s"` means already lapsed. |
 /// | `wait = "5s"` | `"5s"` | How long a concurrent duplicate waits for the owner's outcome before it gets a retryable `InProgress` error. |
