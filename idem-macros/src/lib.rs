@@ -69,7 +69,9 @@ use proc_macro::TokenStream;
 /// expands and applied in whole milliseconds (`"1500us"` is an error). The TTL must be
 /// positive and at least the lease; the heartbeat positive and shorter than the lease
 /// written, else than the 60 s default: with renewals further apart than the lease, the
-/// lease would lapse between two of them.
+/// lease would lapse between two of them. They are defaults: an engine may override them
+/// at run time per tool (`EngineBuilder::tool`, or the `IDEM_TOOL_<TOOL>_<SETTING>`
+/// environment variables; contract E1, E2, see `idem_agent::settings`).
 ///
 /// # Long calls and unknown outcomes
 ///

@@ -29,6 +29,7 @@ pub mod macro_support;
 pub mod outcome;
 pub mod reconcile;
 pub mod scope;
+pub mod settings;
 pub mod spec;
 pub mod store;
 pub mod testkit;
@@ -46,6 +47,7 @@ pub use key::{Fingerprint, IdempotencyKey, KEY_FORMAT_VERSION};
 pub use outcome::{CallRecord, CallStatus, IdempotentError, ToolError, ToolOutput};
 pub use reconcile::{ReconcileVerdict, Reconciled};
 pub use scope::Scope;
+pub use settings::{EngineConfigError, Setting, ToolSettings};
 pub use spec::{OnCancel, ToolSpec};
 #[cfg(feature = "memory")]
 pub use store::MemoryStore;
