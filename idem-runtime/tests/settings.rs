@@ -330,6 +330,7 @@ async fn invalid_with_the_attribute_is_a_config_error_at_call_time() {
             }
             other => panic!("expected Error::Config, got {other:?}"),
         }
+        assert_eq!(ctx.last_key(), None, "no key was derived");
         assert_eq!(ctx.last_outcome(), None);
     }
     assert!(h.log.is_empty(), "the body never ran");

@@ -54,6 +54,8 @@ pub struct PreparedCall {
 /// otherwise scope value, then arguments (filled by `fill`), then key and fingerprint.
 ///
 /// The call's settings are the engine's effective ones ([`Engine::effective_spec`], E1).
+/// As soon as the key is derived (or carried), it is published on the context
+/// ([`CallContext::last_key`], S13).
 ///
 /// # Errors
 /// [`Error::MissingScope`] (K7), [`Error::Canonical`] (K2, K3), [`Error::Config`] (E3), or
@@ -84,6 +86,9 @@ where
     let spec = engine.effective_spec(spec)?;
     let attempt = context.as_ref().and_then(|c| c.take_attempt_for(spec.name));
     if let Some(carried) = attempt.and_then(|a| a.derived()) {
+        if let Some(context) = &context {
+            context.set_last_key(&carried.key);
+        }
         return Ok(PreparedCall {
             spec,
             engine,
@@ -100,6 +105,9 @@ where
     })?;
     let (key_args, fingerprint) = args.finish();
     let key = derive_key(scope, spec.name, &key_args);
+    if let Some(context) = &context {
+        context.set_last_key(&key);
+    }
     if let Some(attempt) = attempt {
         attempt.remember(DerivedKey {
             tool: spec.name.to_owned(),
