@@ -382,7 +382,7 @@ async fn another_schema_version_is_refused() {
     });
     let ctx = h.ctx("conv_version");
     assert_eq!(refund(default_spec(), &ctx, &h.log, 1).await, Ok(100));
-    assert_eq!(POSTGRES_SCHEMA_VERSION, 2);
+    assert_eq!(POSTGRES_SCHEMA_VERSION, 3);
     let key = ctx.last_outcome().unwrap().key;
     for version in [99, 0] {
         schema.admin(&format!(
@@ -1075,10 +1075,11 @@ const SCHEMA_V1: &str = "
     CREATE INDEX records_expires_at ON {schema}.records (expires_at);
     INSERT INTO {schema}.meta (name, value) VALUES ('schema_version', 1);";
 
-// pins F1, S3, S10 (migration): a schema of version 1, written by hand as the older build wrote it,
-// is migrated in place on first use — by two stores starting together, once — and keeps every
-// record: an in-progress record (fence 1) can be taken over (fence 2) and completed, a completed
-// record replays its outcome byte for byte, an expired one is claimed again with fence 2
+// pins F1, S3, S10, P4 (migration): a schema of version 1, written by hand as the older build wrote
+// it, is upgraded in place to version 3 on first use — by two stores starting together, once — and
+// keeps every record: an in-progress record (fence 1, no label) can be taken over (fence 2,
+// labelled) and completed, a completed record replays its outcome byte for byte, an expired one
+// is claimed again with fence 2 and a label
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_1_schema_is_migrated_in_place() {
     let schema = Schema::fresh();
@@ -1111,8 +1112,8 @@ async fn a_version_1_schema_is_migrated_in_place() {
              WHERE table_schema = '{}' AND table_name = 'records'",
             schema.name
         )),
-        Some("10".to_owned()),
-        "fence and unknown_since added"
+        Some("14".to_owned()),
+        "fence, unknown_since and the four label columns added"
     );
     assert_eq!(
         done_record,
@@ -1163,7 +1164,8 @@ async fn a_version_1_schema_is_migrated_in_place() {
         label: &LABEL,
     };
     assert_eq!(second.take_over(takeover).await, Ok(true));
-    assert_eq!(record(&first, &running, 5_000).await.fence, 2);
+    let taken = record(&first, &running, 5_000).await;
+    assert_eq!((taken.fence, taken.label.as_ref()), (2, Some(&*LABEL)));
     assert_eq!(
         first
             .complete(&running, successor, &ok_envelope(), at(5_100))
@@ -1182,7 +1184,11 @@ async fn a_version_1_schema_is_migrated_in_place() {
             .await,
         Ok(Claim::Acquired { fence: 2 })
     );
-    // a store opened later finds version 2 and changes nothing
+    assert_eq!(
+        record(&first, &expired, 5_000).await.label.as_ref(),
+        Some(&*LABEL)
+    );
+    // a store opened later finds version 3 and changes nothing
     let third = schema.store();
     assert_eq!(record(&third, &done, 5_000).await, done_record);
     assert_eq!(schema.version(), Some(POSTGRES_SCHEMA_VERSION));
@@ -1220,4 +1226,137 @@ async fn a_failed_migration_changes_nothing() {
         schema.admin_value("SELECT fence FROM {schema}.records"),
         Some("x".to_owned())
     );
+}
+
+// ---- labels and the version 2 upgrade (issue 9) ----
+
+/// The schema of version 2 (fencing tokens and unknown outcomes, no labels), as that build
+/// created it.
+const SCHEMA_V2: &str = "
+    CREATE SCHEMA {schema};
+    CREATE TABLE {schema}.meta (name TEXT PRIMARY KEY, value BIGINT NOT NULL);
+    CREATE TABLE {schema}.records (
+        key           TEXT PRIMARY KEY,
+        fingerprint   TEXT NOT NULL,
+        created_at    BIGINT NOT NULL,
+        expires_at    BIGINT NOT NULL,
+        owner         TEXT,
+        lease_until   BIGINT,
+        outcome       TEXT,
+        completed_at  BIGINT,
+        fence         BIGINT NOT NULL DEFAULT 1,
+        unknown_since BIGINT,
+        CHECK ((owner IS NOT NULL AND lease_until IS NOT NULL
+                AND outcome IS NULL AND completed_at IS NULL)
+            OR (owner IS NULL AND lease_until IS NULL
+                AND outcome IS NOT NULL AND completed_at IS NOT NULL)),
+        CONSTRAINT records_fence_positive CHECK (fence >= 1),
+        CONSTRAINT records_unknown_has_owner CHECK (unknown_since IS NULL OR owner IS NOT NULL)
+    );
+    CREATE INDEX records_expires_at ON {schema}.records (expires_at);
+    INSERT INTO {schema}.meta (name, value) VALUES ('schema_version', 2);";
+
+/// The names of the indexes on `schema`'s records table, sorted.
+fn record_indexes(schema: &Schema) -> String {
+    schema
+        .admin_value(&format!(
+            "SELECT string_agg(indexname, ',' ORDER BY indexname) FROM pg_indexes
+             WHERE schemaname = '{}' AND tablename = 'records'",
+            schema.name
+        ))
+        .unwrap_or_default()
+}
+
+// pins P4, S3, F1: a schema of version 2, written by hand as that build wrote it, is upgraded in
+// place to version 3 on first use (four label columns, three listing indexes); a call saved
+// before the upgrade replays through the engine (the body does not run) and reads with no label;
+// a new call stores its label; a record whose outcome is unknown keeps its state and fence, and a
+// takeover labels it
+#[tokio::test]
+async fn a_version_2_schema_is_upgraded_in_place() {
+    // the outcome a version 2 build saved for a call: made here by a current store, copied
+    let donor = Harness::on(postgres());
+    let ctx = donor.ctx("conv_v2");
+    assert_eq!(refund(default_spec(), &ctx, &donor.log, 1).await, Ok(100));
+    let key = ctx.last_outcome().unwrap().key;
+    let saved = donor.store.read(&key, donor.now()).await.unwrap().unwrap();
+    let RecordState::Completed { outcome, .. } = &saved.state else {
+        panic!("completed: {saved:?}")
+    };
+
+    let schema = Schema::fresh();
+    schema.admin(SCHEMA_V2);
+    let h = Harness::on(TestStore {
+        store: Arc::new(schema.store()),
+        keep: None,
+    });
+    let now = h.now().as_millis();
+    let (unknown, owner) = (raw_key(50), OwnerToken::random());
+    schema.admin(&format!(
+        "INSERT INTO {{schema}}.records VALUES
+            ('{key}', '{f}', {now}, {expires}, NULL, NULL, '{outcome}', {now}, 3, NULL),
+            ('{unknown}', '{f}', {now}, {expires}, '{owner}', {lease}, NULL, NULL, 2, {now});",
+        f = saved.fingerprint.as_str(),
+        expires = now + 86_400_000,
+        outcome = outcome.as_str().replace('\'', "''"),
+        owner = owner.to_hex(),
+        lease = now + 60_000,
+    ));
+    assert_eq!(schema.version(), Some(2));
+
+    assert_eq!(
+        refund(default_spec(), &h.ctx("conv_v2"), &h.log, 1).await,
+        Ok(100)
+    );
+    assert_eq!(h.log.len(), 0, "replayed: the body did not run");
+    assert_eq!(schema.version(), Some(POSTGRES_SCHEMA_VERSION));
+    assert_eq!(
+        schema.admin_value(&format!(
+            "SELECT string_agg(column_name, ',' ORDER BY ordinal_position)
+             FROM information_schema.columns
+             WHERE table_schema = '{}' AND table_name = 'records' AND ordinal_position > 10",
+            schema.name
+        )),
+        Some("tool,namespace,scope,key_args".to_owned())
+    );
+    assert_eq!(
+        record_indexes(&schema),
+        "records_created,records_expires_at,records_pkey,records_scope,records_tool_created"
+    );
+    let old = h.store.read(&key, h.now()).await.unwrap().unwrap();
+    assert_eq!((old.fence, old.label), (3, None));
+    let held = h.store.read(&unknown, h.now()).await.unwrap().unwrap();
+    assert!(
+        matches!(held.state, RecordState::OutcomeUnknown { .. }),
+        "{held:?}"
+    );
+    assert_eq!((held.fence, held.label), (2, None));
+
+    // a new call is labelled
+    let ctx = h.ctx("conv_v2");
+    assert_eq!(refund(default_spec(), &ctx, &h.log, 2).await, Ok(200));
+    let new_key = ctx.last_outcome().unwrap().key;
+    let new = h.store.read(&new_key, h.now()).await.unwrap().unwrap();
+    assert_eq!(
+        new.label,
+        Some(idem_runtime::RecordLabel::new(
+            "send_refund",
+            idem_runtime::ScopePath::new().with("conversation", "conv_v2")
+        ))
+    );
+    // a takeover of the unknown outcome labels it
+    let takeover = TakeoverRequest {
+        key: &unknown,
+        seen_owner: owner,
+        seen_lease_until: at(now + 60_000),
+        owner: OwnerToken::random(),
+        now: h.now(),
+        lease_until: at(now + 120_000),
+        expires_at: at(now + 86_400_000),
+        fence: 3,
+        label: &LABEL,
+    };
+    assert_eq!(h.store.take_over(takeover).await, Ok(true));
+    let taken = h.store.read(&unknown, h.now()).await.unwrap().unwrap();
+    assert_eq!((taken.fence, taken.label.as_ref()), (3, Some(&*LABEL)));
 }

@@ -3,7 +3,7 @@
 //! Enabled by the `postgres` cargo feature. Built on [`tokio_postgres`] 0.7 with a
 //! [`deadpool_postgres`] 0.14 connection pool (16 connections, plain TCP without TLS).
 //!
-//! # Schema (version 2)
+//! # Schema (version 3)
 //!
 //! Created on first use, inside one transaction holding a transaction-level advisory
 //! lock (so that stores starting together do not race), in the schema given to
@@ -13,7 +13,7 @@
 //! CREATE SCHEMA IF NOT EXISTS idem;
 //! CREATE TABLE idem.meta (
 //!     name  TEXT PRIMARY KEY,               -- 'schema_version'
-//!     value BIGINT NOT NULL                 -- 2
+//!     value BIGINT NOT NULL                 -- 3
 //! );
 //! CREATE TABLE idem.records (
 //!     key           TEXT PRIMARY KEY,        -- the idempotency key (64 hex digits)
@@ -31,42 +31,68 @@
 //!         OR (owner IS NULL AND lease_until IS NULL
 //!             AND outcome IS NOT NULL AND completed_at IS NOT NULL)),
 //!     CONSTRAINT records_fence_positive CHECK (fence >= 1),
-//!     CONSTRAINT records_unknown_has_owner CHECK (unknown_since IS NULL OR owner IS NOT NULL)
+//!     CONSTRAINT records_unknown_has_owner CHECK (unknown_since IS NULL OR owner IS NOT NULL),
+//!     tool          TEXT,                    -- label (P1): the tool's name
+//!     namespace     TEXT,                    -- label: the engine's namespace (K11), if any
+//!     scope         TEXT COLLATE "C",        -- label: the scope path's text (`tenant=acme/…`)
+//!     key_args      TEXT                     -- label: audited key arguments (P2), if opted in
 //! );
 //! CREATE INDEX records_expires_at ON idem.records (expires_at);
+//! CREATE INDEX records_created ON idem.records (created_at, key COLLATE "C");
+//! CREATE INDEX records_tool_created ON idem.records (tool, created_at, key COLLATE "C");
+//! CREATE INDEX records_scope ON idem.records (scope);
 //! ```
 //!
 //! A row is in progress when `owner` is set and `unknown_since` is not, outcome unknown
 //! when both are set (it keeps the owner and the lease that gave up), and completed when
-//! `outcome` is set. Times are whole milliseconds since the Unix epoch, the unit of
+//! `outcome` is set. The label columns are written by every claim and takeover (P1) and are
+//! all `NULL` in a row written before version 3, which reads with no label (P4). Times are
+//! whole milliseconds since the Unix epoch, the unit of
 //! [`Timestamp`]; an instant at or past `i64::MAX` ms is stored as `i64::MAX` (as in the
 //! SQLite store), and so is a fence past `i64::MAX`. The outcome is `TEXT`, not `JSONB`, so
 //! that it reads back byte for byte (S11). Keys, fingerprints, owners, outcomes, times and
 //! fences are always bound as parameters; the schema name is the only name in the SQL
 //! text, and it must be a plain lowercase identifier (checked, then quoted).
 //!
-//! ## Migration from version 1
+//! ## Upgrades from versions 1 and 2 (P4)
 //!
-//! Version 1 (this crate before fencing tokens) had no `fence` and no `unknown_since`. A
-//! store that finds version 1 migrates it in place, in the same transaction and under the
-//! same advisory lock as the creation (so concurrent first uses migrate once):
+//! Version 1 (this crate before fencing tokens) had no `fence` and no `unknown_since`;
+//! version 2 (before labels) had neither the label columns nor the listing indexes. A
+//! store that finds either upgrades it in place to version 3, in one batch inside the same
+//! transaction and under the same advisory lock as the creation (so concurrent first uses
+//! upgrade once), version 1 first taking the step to version 2:
 //!
 //! ```sql
+//! -- version 1 only:
 //! ALTER TABLE idem.records
 //!     ADD COLUMN fence BIGINT NOT NULL DEFAULT 1,
 //!     ADD COLUMN unknown_since BIGINT,
 //!     ADD CONSTRAINT records_fence_positive CHECK (fence >= 1) NOT VALID,
 //!     ADD CONSTRAINT records_unknown_has_owner
 //!         CHECK (unknown_since IS NULL OR owner IS NOT NULL) NOT VALID;
-//! UPDATE idem.meta SET value = 2 WHERE name = 'schema_version' AND value = 1;
+//! -- versions 1 and 2:
+//! ALTER TABLE idem.records
+//!     ADD COLUMN IF NOT EXISTS tool TEXT,
+//!     ADD COLUMN IF NOT EXISTS namespace TEXT,
+//!     ADD COLUMN IF NOT EXISTS scope TEXT COLLATE "C",
+//!     ADD COLUMN IF NOT EXISTS key_args TEXT;
+//! CREATE INDEX IF NOT EXISTS records_created ON idem.records (created_at, key COLLATE "C");
+//! CREATE INDEX IF NOT EXISTS records_tool_created
+//!     ON idem.records (tool, created_at, key COLLATE "C");
+//! CREATE INDEX IF NOT EXISTS records_scope ON idem.records (scope);
+//! UPDATE idem.meta SET value = 3 WHERE name = 'schema_version' AND value IN (1, 2);
 //! ```
 //!
-//! Every record is kept: in progress and completed records read back as before, each with
-//! fence 1. From PostgreSQL 11 on, the migration rewrites and scans no row (a constant
-//! default; the checks hold for every old row, so they are `NOT VALID`). Stop the
-//! processes of the older build before the first process of this one starts: the older
-//! build knows neither column. A schema of a version other than 1 or 2 is refused, and
-//! left untouched, with [`StoreErrorKind::Unsupported`].
+//! Every record is kept: in progress, outcome unknown and completed records read back and
+//! replay as before, with no label (and, from version 1, fence 1). From PostgreSQL 11 on,
+//! adding the columns rewrites and scans no row (a constant default or none; the checks
+//! hold for every old row, so they are `NOT VALID`). Building the three indexes reads the
+//! table once and blocks writes to it until the set-up commits: for a large table, build
+//! them beforehand with `CREATE INDEX CONCURRENTLY` under these names (the upgrade keeps
+//! indexes that exist). Stop the processes of the older build before the first process of
+//! this one starts: the older build does not write labels (its records would list without
+//! one) and a version 1 build knows no fence. A schema of a version other than 1, 2 or 3
+//! is refused, and left untouched, with [`StoreErrorKind::Unsupported`].
 //!
 //! # Operations (S2, S6, S8, F1, L1, U1)
 //!
@@ -89,6 +115,7 @@
 //!   seen lease and accepts a row in progress or outcome unknown, storing the caller's
 //!   fence; renew, mark unknown, complete and release accept only a row in progress
 //!   (`unknown_since IS NULL`).
+//! - claim and take over write the label columns of the call (P1); every read decodes them.
 //! - expiry is compared with the `now` the engine passes in, never the server's clock.
 //! - garbage collection (G1) is judged by the caller's clock *and* the server's: a row is
 //!   deleted only once its `expires_at` and, unless completed, its `lease_until` lie at or
@@ -104,7 +131,7 @@
 //! heartbeat) and a mark unknown one each. [`Store::round_trips`] counts every statement
 //! exchange, including each prepare of a statement that the connection has not prepared
 //! yet and the schema set-up statements (`BEGIN`, advisory lock, creation batch, version
-//! read and write, `COMMIT`; a migration counts as the creation batch, and a schema of the
+//! read and write, `COMMIT`; an upgrade counts as the creation batch, and a schema of the
 //! current version skips both); the background collection's statement counts too;
 //! opening and authenticating a pooled connection is not counted. Clones share the count.
 //!
@@ -141,7 +168,7 @@
 //!
 //! # Modules
 //!
-//! `schema` (creation, version check, migration), `sql` (the operations' statements),
+//! `schema` (creation, version check, upgrades), `sql` (the operations' statements),
 //! `ops` (connections, prepared statements, the claim, decoding rows), `runtime` (each
 //! operation a task bounded in time) and `errors` (typed errors).
 
@@ -163,6 +190,7 @@ use tokio_postgres::NoTls;
 
 use super::in_flight::Undo;
 use super::locator::redact_url as redact;
+use super::sql_row::SqlLabel;
 #[cfg(doc)]
 use super::StoreErrorKind;
 use super::{
@@ -389,13 +417,18 @@ impl Store for PostgresStore {
             to_sql(req.lease_until),
             to_sql(req.expires_at),
         ];
+        let label = SqlLabel::of(req.label);
         let undo = Undo {
             key: req.key.clone(),
             owner: req.owner,
             acquired: |claim: &Claim| matches!(claim, Claim::Acquired { .. }),
         };
         self.run(
-            move |inner| async move { inner.claim(&key, &fingerprint, &owner, times).await },
+            move |inner| async move {
+                inner
+                    .claim(&key, &fingerprint, &owner, times, &label)
+                    .await
+            },
             Some(undo),
         )
     }
@@ -410,6 +443,7 @@ impl Store for PostgresStore {
             to_sql(req.seen_lease_until),
         ];
         let fence = fence_to_sql(req.fence);
+        let label = SqlLabel::of(req.label);
         self.run(
             move |inner| async move {
                 let [lease_until, now, expires_at, seen_lease_until] = times;
@@ -426,6 +460,10 @@ impl Store for PostgresStore {
                             &seen_owner,
                             &seen_lease_until,
                             &fence,
+                            &label.tool,
+                            &label.namespace,
+                            &label.scope,
+                            &label.key_args,
                         ],
                     )
                     .await
