@@ -128,17 +128,56 @@
 //!
 //! Each statement is prepared once per pooled connection and then costs one round trip:
 //! a first execution costs two (claim, complete), a replay one (claim), a renewal (the
-//! heartbeat) and a mark unknown one each. [`Store::round_trips`] counts every statement
+//! heartbeat) and a mark unknown one each; a listing, a purge, a purge by filter and the
+//! counts one each. [`Store::round_trips`] counts every statement
 //! exchange, including each prepare of a statement that the connection has not prepared
 //! yet and the schema set-up statements (`BEGIN`, advisory lock, creation batch, version
 //! read and write, `COMMIT`; an upgrade counts as the creation batch, and a schema of the
 //! current version skips both); the background collection's statement counts too;
 //! opening and authenticating a pooled connection is not counted. Clones share the count.
 //!
+//! # Inspection (I3–I5)
+//!
+//! [`Store::list`], [`Store::purge`], [`Store::purge_matching`] and [`Store::stats`] are one
+//! statement each, and judge expiry by the `now` passed in. A listing's statement is built
+//! from the filters the query sets, with every value bound as a parameter:
+//!
+//! ```sql
+//! SELECT key, … FROM idem.records
+//! WHERE expires_at > $now
+//!   AND tool = $tool                                         -- if given
+//!   AND namespace = $namespace                               -- if given
+//!   AND (scope = $p OR (scope >= $p || '/' AND scope < $p || '0'))   -- a scope prefix
+//!   AND outcome IS NOT NULL                                  -- or the other states
+//!   AND created_at >= $from AND created_at < $before         -- if given
+//!   AND (created_at, key COLLATE "C") < ($cursor_created_at, $cursor_key)  -- next pages
+//! ORDER BY created_at DESC, key COLLATE "C" DESC LIMIT $page_size + 1
+//! ```
+//!
+//! The scope prefix is matched on the path's text in byte order (`scope` is `COLLATE
+//! "C"`): parts are joined by `/` and values percent-encode `/`, so the paths whose parts
+//! begin with the prefix's are the prefix itself and the texts from `prefix/` up to, not
+//! including, `prefix0` (`0` is the byte after `/`): an equality and a range of
+//! `records_scope`, exact. No `LIKE`: a `_` or `%` in a scope value would be a wildcard
+//! there. Without a scope, a listing walks `records_created` (or, with a tool,
+//! `records_tool_created`) backwards from the cursor and stops after a page: its cost is
+//! the page, plus the rows the other filters skip. With a scope, the matching rows are
+//! fetched from `records_scope` and sorted: its cost is the records under the
+//! prefix. Each combination of filters set is one statement text, prepared once per
+//! pooled connection; [`PostgresStore::explain_list`] shows the server's plan.
+//!
+//! A purge deletes one key's live row if completed, or with `force` (`DELETE …
+//! RETURNING`), and answers the kept row in the same statement; an expired row is left to
+//! garbage collection. A purge by filter deletes the matching live rows in one statement
+//! (completed ones only without `force`) and counts the ones it kept from the same
+//! snapshot; the cursor and page size do not apply. Counts are one `GROUP BY tool, state`
+//! over the live rows (a scan: cost in the live records).
+//!
 //! # Outages and timeouts (S10)
 //!
 //! Connecting and waiting for a pooled connection time out after 5 s each, and every
-//! operation (claim, take over, renew, mark unknown, complete, release, read) fails with
+//! operation (claim, take over, renew, mark unknown, complete, release, read, list, purge,
+//! counts; not a purge by filter, nor [`PostgresStore::collect_garbage`]) fails with
 //! [`StoreErrorKind::Unavailable`] after [`OPERATION_TIMEOUT`] (10 s) at most, also when the
 //! server stops answering without closing its connections; then the idle pooled
 //! connections are closed so that the next operation connects afresh. A server that is down
@@ -169,10 +208,12 @@
 //! # Modules
 //!
 //! `schema` (creation, version check, upgrades), `sql` (the operations' statements),
-//! `ops` (connections, prepared statements, the claim, decoding rows), `runtime` (each
-//! operation a task bounded in time) and `errors` (typed errors).
+//! `ops` (connections, prepared statements, the claim, decoding rows), `inspect` (listing,
+//! purging and counting: the statements built from filters), `runtime` (each operation a
+//! task bounded in time) and `errors` (typed errors).
 
 mod errors;
+mod inspect;
 mod ops;
 mod runtime;
 mod schema;
@@ -194,8 +235,9 @@ use super::sql_row::SqlLabel;
 #[cfg(doc)]
 use super::StoreErrorKind;
 use super::{
-    Claim, ClaimRequest, Completion, MarkUnknownRequest, OwnerToken, Record, RenewRequest, Store,
-    StoreError, StoreFuture, TakeoverRequest, GC_DRIFT_MARGIN_MS,
+    Claim, ClaimRequest, Completion, ListPage, ListQuery, MarkUnknownRequest, OwnerToken,
+    PurgeCounts, PurgeOutcome, Record, RenewRequest, Store, StoreError, StoreFuture, StoreStats,
+    TakeoverRequest, GC_DRIFT_MARGIN_MS,
 };
 use crate::clock::Timestamp;
 use crate::envelope::Envelope;
@@ -217,8 +259,8 @@ const POOL_SIZE: usize = 16;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long one operation (claim, take over, renew, mark unknown, complete, release,
-/// read: waiting for a pooled connection, connecting, and its statements) may take before
-/// it fails with [`StoreErrorKind::Unavailable`]: 10 s.
+/// read, list, purge, counts: waiting for a pooled connection, connecting, and its
+/// statements) may take before it fails with [`StoreErrorKind::Unavailable`]: 10 s.
 pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How many claims of one store between two garbage collections.
@@ -566,6 +608,65 @@ impl Store for PostgresStore {
         let key = key.as_str().to_owned();
         self.run(
             move |inner| async move { inner.read(&key, to_sql(now)).await },
+            None,
+        )
+    }
+
+    /// One statement (see [Inspection](self#inspection-i3i5)), served by an index walked
+    /// backwards: `records_created`, or `records_tool_created` with a tool; cost about a
+    /// page (plus rows the other filters skip). With a scope prefix, an equality and a range
+    /// of `records_scope`, then a sort: cost in the records under the prefix. One round
+    /// trip, two on a connection's first listing with this combination of filters.
+    fn list<'a>(&'a self, query: &'a ListQuery, now: Timestamp) -> StoreFuture<'a, ListPage> {
+        let query = query.clone();
+        self.run(
+            move |inner| async move { inner.list(&query, to_sql(now)).await },
+            None,
+        )
+    }
+
+    /// One statement, `DELETE … WHERE key = $1 … RETURNING` with the kept row in the same
+    /// statement, served by the primary key; one round trip (two on a connection's first
+    /// purge). An expired row is not deleted (`Absent`): garbage collection removes it,
+    /// judged by the server's clock too (G1).
+    fn purge<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        force: bool,
+        now: Timestamp,
+    ) -> StoreFuture<'a, PurgeOutcome> {
+        let key = key.as_str().to_owned();
+        self.run(
+            move |inner| async move { inner.purge(&key, force, to_sql(now)).await },
+            None,
+        )
+    }
+
+    /// One statement, a `DELETE` of the matching live rows that also counts those kept,
+    /// served by the indexes a listing with these filters uses: cost in the matching
+    /// records, deleted in one transaction. One round trip (two on a connection's first
+    /// purge with this combination of filters). Not bounded by [`OPERATION_TIMEOUT`], as
+    /// [`PostgresStore::collect_garbage`]: a large purge may take longer.
+    fn purge_matching<'a>(
+        &'a self,
+        query: &'a ListQuery,
+        force: bool,
+        now: Timestamp,
+    ) -> StoreFuture<'a, PurgeCounts> {
+        let query = query.clone();
+        self.spawn(
+            move |inner| async move { inner.purge_matching(&query, force, to_sql(now)).await },
+            None,
+            None,
+        )
+    }
+
+    /// One statement, `GROUP BY tool, state` over the live rows: a scan of the table (or of
+    /// the `expires_at` index's live range), cost in the live records. One round trip (two
+    /// on a connection's first count).
+    fn stats<'a>(&'a self, now: Timestamp) -> StoreFuture<'a, StoreStats> {
+        self.run(
+            move |inner| async move { inner.stats(to_sql(now)).await },
             None,
         )
     }

@@ -156,11 +156,12 @@ impl Inner {
         row.map(|row| self.decode(key, &row)).transpose()
     }
 
-    /// A row of `read_live` (or the live branch of `claim`), columns 1 to 13 (see `sql::ROW`). A row with `unknown_since` is outcome unknown (it
+    /// A row of `read_live` (or the live branch of `claim`, or `purge`, or a listing),
+    /// columns 1 to 13 (see `sql::ROW`). A row with `unknown_since` is outcome unknown (it
     /// keeps its owner and lease); one with an owner otherwise in progress; one with an
     /// outcome completed. Label columns all `NULL` (a row written before version 3): no
     /// label (P4).
-    fn decode(&self, key: &str, row: &Row) -> Result<Record, StoreError> {
+    pub(super) fn decode(&self, key: &str, row: &Row) -> Result<Record, StoreError> {
         let bad = |e: tokio_postgres::Error| self.corrupt(key, &e.to_string());
         let fingerprint: String = row.try_get(1).map_err(bad)?;
         let created_at: i64 = row.try_get(2).map_err(bad)?;

@@ -4,9 +4,9 @@
 //! the Unix epoch, `BIGINT`) and fencing tokens (`BIGINT`).
 
 /// The columns of a record, in the order `Inner::decode` reads them (columns 1 to
-/// 13 of `claim` and `read_live`, after column 0, `acquired`). The last four are the
-/// label (P1).
-const ROW: &str = "fingerprint, created_at, expires_at, fence, owner, lease_until, \
+/// 13 of `claim`, `read_live`, `purge` and the listing, after column 0: `acquired`,
+/// `deleted` or the key). The last four are the label (P1).
+pub(super) const ROW: &str = "fingerprint, created_at, expires_at, fence, owner, lease_until, \
                               unknown_since, outcome, completed_at, \
                               tool, namespace, scope, key_args";
 
@@ -14,6 +14,12 @@ const ROW: &str = "fingerprint, created_at, expires_at, fence, owner, lease_unti
 /// one value per statement (`statement_timestamp()` is stable, so the planner can compare
 /// it with the `expires_at` index).
 const SERVER_NOW_MS: &str = "floor(extract(epoch FROM statement_timestamp()) * 1000)::BIGINT";
+
+/// A row's state as [`StateFilter::as_str`](crate::store::StateFilter::as_str) names it:
+/// completed with an outcome, outcome unknown with `unknown_since`, else in progress.
+const STATE: &str = "CASE WHEN outcome IS NOT NULL THEN 'completed' \
+                     WHEN unknown_since IS NOT NULL THEN 'outcome_unknown' \
+                     ELSE 'in_progress' END";
 
 /// The operations' statements, with the schema name spliced in once.
 pub(super) struct Statements {
@@ -43,6 +49,13 @@ pub(super) struct Statements {
     pub(super) collect_some: String,
     /// Deletes every garbage row (G1) by the cutoff `min($1, server now) − $2`.
     pub(super) collect_all: String,
+    /// Deletes the row of key `$1` if it is live at `$2` (now) and completed, or `$3`
+    /// (force) is true, answering `deleted` and the row; otherwise answers the live row kept
+    /// (`deleted` false); no row when the key has no live row. An expired row is left to
+    /// garbage collection, which judges it by the server's clock too (G1).
+    pub(super) purge: String,
+    /// Live rows by `$1` (now), counted by tool and state (I5).
+    pub(super) stats: String,
 }
 
 impl Statements {
@@ -125,6 +138,24 @@ impl Statements {
                  AND {garbage}"
             ),
             collect_all: format!("DELETE FROM {s}.records WHERE {garbage}"),
+            // The DELETE sees a row changed since the statement's snapshot as changed (READ
+            // COMMITTED re-checks its condition); the kept branch reads the snapshot, so a
+            // row kept is answered as the statement found it.
+            purge: format!(
+                "WITH del AS (
+                    DELETE FROM {s}.records
+                    WHERE key = $1 AND expires_at > $2 AND (outcome IS NOT NULL OR $3::BOOLEAN)
+                    RETURNING {ROW}
+                 )
+                 SELECT TRUE AS deleted, {ROW} FROM del
+                 UNION ALL
+                 SELECT FALSE, {ROW} FROM {s}.records
+                 WHERE key = $1 AND expires_at > $2 AND NOT EXISTS (SELECT 1 FROM del)"
+            ),
+            stats: format!(
+                "SELECT tool, {STATE}, count(*) FROM {s}.records
+                 WHERE expires_at > $1 GROUP BY 1, 2"
+            ),
         }
     }
 }
