@@ -33,6 +33,7 @@ pub mod reconcile;
 pub mod scope;
 pub mod spec;
 pub mod store;
+pub mod telemetry;
 pub mod testkit;
 
 pub use args::ArgsBuilder;
