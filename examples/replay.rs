@@ -28,6 +28,12 @@
 //! where E counts the real executions in the effect log and N the requests the store made
 //! to its backend during the run (`null` for a store that does not count them). A file that cannot be read or
 //! parsed gets a message naming it and what was expected, and the exit code is 1.
+//!
+//! With `RUST_LOG` set (`RUST_LOG=idem=debug`; syntax of tracing-subscriber's `EnvFilter`),
+//! idem's traces go to stderr: each call's `idem.call` span with its fields (tool, key,
+//! status, attempt, fence) on every event inside it, and one line when the span closes.
+//! `idem=info` shows the closed spans and warnings only, `idem=trace` adds renewals and
+//! store latencies. Stdout is the same with or without it.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -298,7 +304,30 @@ async fn run(options: Options) -> (Option<Summary>, bool) {
     (Some(summary), all_read)
 }
 
+/// Installs a subscriber that writes to stderr when `RUST_LOG` is set; without it, none.
+fn init_tracing() {
+    use std::io::IsTerminal;
+    use tracing_subscriber::fmt::format::FmtSpan;
+    if std::env::var_os("RUST_LOG").is_none() {
+        return;
+    }
+    let filter = match tracing_subscriber::EnvFilter::try_from_default_env() {
+        Ok(filter) => filter,
+        Err(e) => {
+            eprintln!("replay: RUST_LOG ignored: {e}");
+            return;
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_span_events(FmtSpan::CLOSE)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .init();
+}
+
 fn main() -> ExitCode {
+    init_tracing();
     let options = match parse_options(std::env::args().skip(1)) {
         Ok(options) => options,
         Err(message) => {

@@ -34,6 +34,7 @@ pub mod scope;
 pub mod settings;
 pub mod spec;
 pub mod store;
+pub mod telemetry;
 pub mod testkit;
 
 pub use args::ArgsBuilder;

@@ -24,6 +24,7 @@ use crate::clock::{duration_millis, Timestamp};
 use crate::envelope::Envelope;
 use crate::error::Error;
 use crate::store::{Claim, ClaimRequest, OwnerToken, Record, RecordState, TakeoverRequest};
+use crate::telemetry::StoreOperation;
 
 /// Shortest and longest pause between two looks at an in-progress key when the store
 /// cannot signal changes (S5: no tighter polling than needed).
@@ -104,8 +105,9 @@ impl PreparedCall {
                 expires_at,
                 label: &self.label,
             };
-            let record = match store
-                .claim(request)
+            let record = match self
+                .trace
+                .timed(StoreOperation::Claim, store.backend(), store.claim(request))
                 .await
                 .map_err(|e| self.store_error(e))?
             {
@@ -115,6 +117,7 @@ impl PreparedCall {
                 }
                 Claim::Existing(record) => record,
             };
+            self.trace.seen(record.fence);
             if record.fingerprint != self.fingerprint {
                 return Err(Error::Mismatch {
                     tool: self.spec.name.to_owned(),
@@ -172,12 +175,19 @@ impl PreparedCall {
                 fence,
                 label: &self.label,
             };
-            if store
-                .take_over(takeover)
+            if self
+                .trace
+                .timed(
+                    StoreOperation::TakeOver,
+                    store.backend(),
+                    store.take_over(takeover),
+                )
                 .await
                 .map_err(|e| self.store_error(e))?
             {
-                tracing::warn!(tool = self.spec.name, key = %self.key, fence, cause = ?due.previous.cause, reconcile = self.spec.reconcile, "took over a claim whose outcome is unknown");
+                let previous = &due.previous;
+                self.trace
+                    .taken_over(previous.fence, previous.cause, self.spec.reconcile);
                 let taken = Ownership::new(owner, fence, now, expires_at, Some(due.previous));
                 return Ok(Acquired::Owner(taken));
             }

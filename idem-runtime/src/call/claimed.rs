@@ -6,6 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use serde::Serialize;
+use tracing::Instrument;
 
 use super::acquire::{Lifetime, Ownership};
 use super::PreparedCall;
@@ -21,6 +22,7 @@ use crate::outcome::{CallStatus, IdempotentError};
 use crate::reconcile::{ReconcileVerdict, Reconciled};
 use crate::spec::OnCancel;
 use crate::store::{Completion, MarkUnknownRequest, OwnerToken, Store};
+use crate::telemetry::{CallTrace, ReleasedBecause, StoreOperation, UnknownBecause};
 
 /// A call that holds its key's claim (the `Ok` of [`PreparedCall::claim`]): reconcile if
 /// [`needs_reconcile`](Self::needs_reconcile), then [`run`](Self::run) the body.
@@ -43,14 +45,16 @@ pub struct ClaimedCall {
 
 /// What finishing writes to the store.
 enum FinishStep {
-    Complete(Envelope),
-    MarkUnknown,
+    /// Save the outcome of a call that ends with `CallStatus` (executed or reconciled).
+    Complete(Envelope, CallStatus),
+    MarkUnknown(UnknownBecause),
     Release,
 }
 
 impl ClaimedCall {
     pub(super) fn new(call: PreparedCall, ownership: Ownership, blocking: bool) -> Self {
         let (store, clock) = (call.engine.store(), call.engine.clock());
+        call.trace.claimed(ownership.fence);
         let claimed_at = ownership.lifetime.created_at;
         let attempt = AttemptInfo::new(
             call.key.clone(),
@@ -68,6 +72,7 @@ impl ClaimedCall {
                 claimed_at,
                 lease: call.spec.lease,
                 every: call.spec.effective_heartbeat(),
+                trace: call.trace.clone(),
             },
             attempt.fenced_signal(),
         );
@@ -83,7 +88,7 @@ impl ClaimedCall {
             None => DropAction::Release,
         };
         let guard = ClaimGuard {
-            tool: call.spec.name,
+            trace: call.trace.clone(),
             store: Arc::clone(store),
             clock: Arc::clone(clock),
             key: call.key.clone(),
@@ -136,16 +141,27 @@ impl ClaimedCall {
         E: IdempotentError,
         V: ReconcileVerdict<T, E>,
     {
-        let asked = self.body_context().run(verdict.into_verdict());
-        let answer = Heartbeat::alongside(self.heartbeat.as_ref(), asked).await;
-        match answer {
-            Reconciled::NotDone => {
-                self.needs_reconcile = false;
-                Ok(self)
+        let span = self.call.trace.span().clone();
+        async move {
+            let asked = self.body_context().run(verdict.into_verdict());
+            let answer = Heartbeat::alongside(self.heartbeat.as_ref(), asked).await;
+            match answer {
+                Reconciled::NotDone => {
+                    self.call.trace.reconcile_answered(true);
+                    self.needs_reconcile = false;
+                    Ok(self)
+                }
+                Reconciled::Done(outcome) => {
+                    Err(self.finish(outcome, CallStatus::Reconciled).await)
+                }
+                Reconciled::Unknown => {
+                    self.call.trace.reconcile_answered(false);
+                    Err(self.still_unknown().await)
+                }
             }
-            Reconciled::Done(outcome) => Err(self.finish(outcome, CallStatus::Reconciled).await),
-            Reconciled::Unknown => Err(self.still_unknown().await),
         }
+        .instrument(span)
+        .await
     }
 
     /// [`settle`](Self::settle) for a sync tool: drives the answer (and any store write) on
@@ -156,9 +172,12 @@ impl ClaimedCall {
         E: IdempotentError,
         V: ReconcileVerdict<T, E>,
     {
+        let span = self.call.trace.span().clone();
+        let _in_span = span.enter();
         let asked = self.body_context().run(verdict.into_verdict());
         match self.call.drive_blocking(asked) {
             Ok(Reconciled::NotDone) => {
+                self.call.trace.reconcile_answered(true);
                 let mut this = self;
                 this.needs_reconcile = false;
                 Ok(this)
@@ -167,6 +186,7 @@ impl ClaimedCall {
                 Err(self.finish_blocking(outcome, CallStatus::Reconciled))
             }
             Ok(Reconciled::Unknown) => {
+                self.call.trace.reconcile_answered(false);
                 let mut this = self;
                 let step = this.still_unknown_step();
                 // Refused only on a current-thread runtime, which the claim already refused;
@@ -174,7 +194,11 @@ impl ClaimedCall {
                 drop(this.call.drive_blocking(step));
                 Err(Err(E::from(this.unknown_error())))
             }
-            Err(refused) => Err(Err(E::from(self.call.store_error(refused)))),
+            Err(refused) => {
+                // Not the call's end: dropping `self` leaves the key unknown (U4).
+                self.call.trace.store_error(None, &refused);
+                Err(Err(E::from(self.call.store_error(refused))))
+            }
         }
     }
 
@@ -211,10 +235,15 @@ impl ClaimedCall {
         E: IdempotentError,
         Fut: Future<Output = Result<T, E>>,
     {
-        self.body_begins();
-        let body = self.body_context().run(body);
-        let outcome = Heartbeat::alongside_with(self.heartbeat.as_ref(), body, may_block).await;
-        self.finish(outcome, CallStatus::Executed).await
+        let span = self.call.trace.span().clone();
+        async move {
+            self.body_begins();
+            let body = self.body_context().run(body);
+            let outcome = Heartbeat::alongside_with(self.heartbeat.as_ref(), body, may_block).await;
+            self.finish(outcome, CallStatus::Executed).await
+        }
+        .instrument(span)
+        .await
     }
 
     /// [`run`](Self::run) for a sync tool: the body runs on this thread while the lease is
@@ -224,6 +253,8 @@ impl ClaimedCall {
         T: Serialize,
         E: IdempotentError,
     {
+        let span = self.call.trace.span().clone();
+        let _in_span = span.enter();
         self.body_begins();
         let context = self.body_context();
         let outcome = self.call.blocking_section(|| context.enter(body));
@@ -249,25 +280,28 @@ impl ClaimedCall {
     fn finish_step<T: Serialize, E: IdempotentError>(
         &self,
         outcome: &Result<T, E>,
+        status: CallStatus,
     ) -> Option<FinishStep> {
         // S4: a release lets the next attempt run the body with the same key. After a
         // takeover this run's "did not happen" says nothing of the run it took over, whose
         // outcome is still unknown: the key stays unknown instead (U2).
         let release = if self.attempt.is_takeover() {
-            FinishStep::MarkUnknown
+            FinishStep::MarkUnknown(UnknownBecause::Error)
         } else {
             FinishStep::Release
         };
         let encoded = match outcome {
             Err(error) if error.idem_error().is_some() => return Some(release),
             // U1: whether the effect happened is unknown.
-            Err(error) if error.is_outcome_unknown() => return Some(FinishStep::MarkUnknown),
+            Err(error) if error.is_outcome_unknown() => {
+                return Some(FinishStep::MarkUnknown(UnknownBecause::Error))
+            }
             Err(error) if error.is_retryable() => return Some(release),
             Ok(value) => Envelope::encode_ok(value),
             Err(error) => Envelope::encode_err(error),
         };
         match encoded {
-            Ok(envelope) => Some(FinishStep::Complete(envelope)),
+            Ok(envelope) => Some(FinishStep::Complete(envelope, status)),
             Err(e) => {
                 tracing::error!(tool = self.call.spec.name, key = %self.call.key, error = %e, "the outcome cannot be saved; the key stays in progress until its lease lapses");
                 None
@@ -276,45 +310,57 @@ impl ClaimedCall {
     }
 
     /// The store write of `step`, as an owned future that finishes even if its caller
-    /// goes away (U5). Answers whether the outcome was saved.
+    /// goes away (U5), and then the call's status (V2). Answers whether the outcome was
+    /// saved.
     fn finish_write(&self, step: FinishStep) -> Detachable<bool> {
         let (store, clock) = (
             Arc::clone(self.call.engine.store()),
             Arc::clone(self.call.engine.clock()),
         );
-        let (key, owner, tool) = (self.call.key.clone(), self.owner, self.call.spec.name);
+        let (key, owner, trace) = (self.call.key.clone(), self.owner, self.call.trace.clone());
         let since = self
             .attempt
             .previous()
             .map_or(self.attempt.claimed_at(), |p| p.unknown_since);
-        Detachable::new(async move {
+        let span = trace.span().clone();
+        let write = async move {
             match step {
-                FinishStep::Complete(envelope) => {
+                FinishStep::Complete(envelope, status) => {
                     let now = clock.now();
-                    match store.complete(&key, owner, &envelope, now).await {
+                    let completing = store.complete(&key, owner, &envelope, now);
+                    let saved = match trace
+                        .timed(StoreOperation::Complete, store.backend(), completing)
+                        .await
+                    {
                         Ok(Completion::Saved) => true,
+                        // The lease lapsed and another caller took over (S6).
                         Ok(Completion::Fenced) => {
-                            tracing::warn!(tool, key = %key, "outcome not saved: the lease lapsed and another caller took over");
+                            trace.lease_lost(StoreOperation::Complete);
                             false
                         }
-                        Err(e) => {
-                            tracing::error!(tool, key = %key, error = %e, "the effect happened but its outcome was not saved; the key stays in progress until its lease lapses");
-                            false
-                        }
-                    }
+                        // The effect happened and its outcome was not saved: the key stays
+                        // in progress until its lease lapses (S10); `timed` reported it.
+                        Err(_) => false,
+                    };
+                    ended(&trace, status, saved);
+                    saved
                 }
-                FinishStep::MarkUnknown => {
-                    mark_unknown(&*store, &*clock, &key, owner, since, tool).await;
+                FinishStep::MarkUnknown(cause) => {
+                    mark_unknown(&*store, &*clock, &key, owner, since, &trace).await;
+                    trace.outcome_unknown(cause);
                     false
                 }
                 FinishStep::Release => {
-                    if let Err(e) = store.release(&key, owner).await {
-                        tracing::warn!(tool, key = %key, error = %e, "could not release the claim; it lapses with its lease");
-                    }
+                    // A failure is reported by `timed`; the claim lapses with its lease.
+                    let releasing = store.release(&key, owner);
+                    let released = trace.timed(StoreOperation::Release, store.backend(), releasing);
+                    drop(released.await);
+                    trace.released(ReleasedBecause::Error);
                     false
                 }
             }
-        })
+        };
+        Detachable::new(write.instrument(span))
     }
 
     /// The write that finishes with `outcome`, if any. From here the guard does nothing:
@@ -323,10 +369,16 @@ impl ClaimedCall {
     fn finishing<T: Serialize, E: IdempotentError>(
         &mut self,
         outcome: &Result<T, E>,
+        status: CallStatus,
     ) -> Option<Detachable<bool>> {
         self.guard.on_drop = None;
-        self.finish_step(outcome)
-            .map(|step| self.finish_write(step))
+        match self.finish_step(outcome, status) {
+            Some(step) => Some(self.finish_write(step)),
+            None => {
+                ended(&self.call.trace, status, false);
+                None
+            }
+        }
     }
 
     /// Finishes with the body's (or a reconcile function's) outcome and returns it.
@@ -335,7 +387,7 @@ impl ClaimedCall {
         outcome: Result<T, E>,
         status: CallStatus,
     ) -> Result<T, E> {
-        let recorded = match self.finishing(&outcome) {
+        let recorded = match self.finishing(&outcome, status) {
             // The write is one store round trip, bounded by the store's timeout: it renews
             // alongside only if a renewal is due already (a body that ended just then), so
             // the common write arms no renewal timer.
@@ -356,7 +408,7 @@ impl ClaimedCall {
         status: CallStatus,
     ) -> Result<T, E> {
         // Refused only on a current-thread runtime, which the claim already refused.
-        let recorded = match self.finishing(&outcome) {
+        let recorded = match self.finishing(&outcome, status) {
             Some(write) => self.call.drive_blocking(write).unwrap_or(false),
             None => false,
         };
@@ -374,7 +426,7 @@ impl ClaimedCall {
 
     fn still_unknown_step(&mut self) -> Detachable<bool> {
         self.guard.on_drop = None;
-        self.finish_write(FinishStep::MarkUnknown)
+        self.finish_write(FinishStep::MarkUnknown(UnknownBecause::Reconcile))
     }
 
     fn unknown_error(&self) -> Error {
@@ -391,15 +443,25 @@ impl ClaimedCall {
     }
 }
 
-/// Marks the outcome of `key` unknown (U1), logging a failure (the claim then lapses with
-/// its lease, and the next caller treats the outcome as unknown all the same).
+/// The status event of a call whose body (or reconcile function, `status`
+/// [`CallStatus::Reconciled`]) gave an outcome; `saved`: the outcome was saved.
+fn ended(trace: &CallTrace, status: CallStatus, saved: bool) {
+    match status {
+        CallStatus::Reconciled => trace.reconciled(saved),
+        CallStatus::Executed | CallStatus::Replayed => trace.executed(saved),
+    }
+}
+
+/// Marks the outcome of `key` unknown (U1), reporting a failure (the claim then lapses with
+/// its lease, and the next caller treats the outcome as unknown all the same) or a claim
+/// already lost.
 async fn mark_unknown(
     store: &dyn Store,
     clock: &dyn Clock,
     key: &IdempotencyKey,
     owner: OwnerToken,
     since: Timestamp,
-    tool: &'static str,
+    trace: &CallTrace,
 ) {
     let request = MarkUnknownRequest {
         key,
@@ -407,14 +469,13 @@ async fn mark_unknown(
         now: clock.now(),
         since,
     };
-    match store.mark_unknown(request).await {
-        Ok(true) => {}
-        Ok(false) => {
-            tracing::warn!(tool, key = %key, "could not mark the outcome unknown: the claim was lost")
-        }
-        Err(e) => {
-            tracing::warn!(tool, key = %key, error = %e, "could not mark the outcome unknown; the claim lapses with its lease")
-        }
+    let marking = store.mark_unknown(request);
+    // A store error is reported by `timed`.
+    if let Ok(false) = trace
+        .timed(StoreOperation::MarkUnknown, store.backend(), marking)
+        .await
+    {
+        trace.lease_lost(StoreOperation::MarkUnknown);
     }
 }
 
@@ -428,7 +489,8 @@ enum DropAction {
 /// Acts on the claim when a [`ClaimedCall`] is dropped or unwinds before it finished
 /// (S7, U4); the write goes through [`detach`], so it completes without the caller.
 struct ClaimGuard {
-    tool: &'static str,
+    /// The call's span: the guard's write and event end the call (V2).
+    trace: CallTrace,
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     key: IdempotencyKey,
@@ -451,28 +513,33 @@ impl Drop for ClaimGuard {
         let Some(action) = self.on_drop.take() else {
             return;
         };
-        let (tool, store, clock, key, owner) = (
-            self.tool,
+        let (trace, store, clock, key, owner) = (
+            self.trace.clone(),
             Arc::clone(&self.store),
             Arc::clone(&self.clock),
             self.key.clone(),
             self.owner,
         );
+        let span = trace.span().clone();
+        // The call was dropped or panicked while it held the claim.
         match action {
-            DropAction::Release => {
-                tracing::warn!(tool, key = %key, "call dropped or panicked while it held the claim; releasing it");
-                detach(async move {
-                    if let Err(e) = store.release(&key, owner).await {
-                        tracing::warn!(tool, key = %key, error = %e, "could not release the claim; it lapses with its lease");
-                    }
-                });
-            }
-            DropAction::MarkUnknown { since } => {
-                tracing::warn!(tool, key = %key, "call dropped or panicked while its outcome was open; marking it unknown");
-                detach(async move {
-                    mark_unknown(&*store, &*clock, &key, owner, since, tool).await;
-                });
-            }
+            DropAction::Release => detach(
+                async move {
+                    // A failure is reported by `timed`; the claim lapses with its lease.
+                    let releasing = store.release(&key, owner);
+                    let released = trace.timed(StoreOperation::Release, store.backend(), releasing);
+                    drop(released.await);
+                    trace.released(ReleasedBecause::Dropped);
+                }
+                .instrument(span),
+            ),
+            DropAction::MarkUnknown { since } => detach(
+                async move {
+                    mark_unknown(&*store, &*clock, &key, owner, since, &trace).await;
+                    trace.outcome_unknown(UnknownBecause::Dropped);
+                }
+                .instrument(span),
+            ),
         }
     }
 }

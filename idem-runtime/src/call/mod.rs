@@ -15,6 +15,9 @@
 //! before the body began it releases (or, after a takeover, keeps the outcome unknown);
 //! once the body began it marks the outcome unknown, or releases with
 //! [`OnCancel::Release`](crate::OnCancel::Release).
+//!
+//! Every call runs in its `idem.call` span and reports each path and store operation
+//! through [`crate::telemetry`] (V1–V3).
 
 mod acquire;
 mod claimed;
@@ -25,6 +28,7 @@ use std::future::Future;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use tracing::Instrument;
 
 use crate::args::ArgsBuilder;
 use crate::canonical::CanonicalError;
@@ -37,6 +41,7 @@ use crate::label::RecordLabel;
 use crate::outcome::{CallRecord, CallStatus, IdempotentError};
 use crate::spec::ToolSpec;
 use crate::store::{StoreError, StoreErrorKind};
+use crate::telemetry::CallTrace;
 use acquire::{Acquired, Lifetime};
 
 /// One call, keyed and ready to run: the output of [`prepare`].
@@ -49,6 +54,8 @@ pub struct PreparedCall {
     key: IdempotencyKey,
     fingerprint: Fingerprint,
     label: RecordLabel,
+    /// The call's span (V1), from here to the call's end.
+    trace: CallTrace,
 }
 
 /// Derives the key of a call to the tool `spec` made under `context` (else the context in
@@ -71,6 +78,12 @@ where
     F: FnOnce(&mut ArgsBuilder) -> Result<(), CanonicalError>,
 {
     let context = context.cloned().or_else(CallContext::current);
+    let trace = CallTrace::start(spec, context.as_ref());
+    let in_span = trace.span().enter();
+    let fail = |error: Error| {
+        trace.failed(&error);
+        error
+    };
     if let Some(context) = &context {
         context.clear_last_outcome();
     }
@@ -80,17 +93,23 @@ where
         (None, Some(engine)) => Ok(engine.clone()),
         (None, None) => default_engine(),
     }
-    .map_err(|source| Error::Store {
-        tool: spec.name.to_owned(),
-        source,
-        key: None,
+    .map_err(|source| {
+        trace.store_error(None, &source);
+        fail(Error::Store {
+            tool: spec.name.to_owned(),
+            source,
+            key: None,
+        })
     })?;
-    let spec = engine.effective_spec(spec)?;
+    trace.namespace(engine.namespace());
+    let spec = engine.effective_spec(spec).map_err(fail)?;
     let attempt = context.as_ref().and_then(|c| c.take_attempt_for(spec.name));
     if let Some(carried) = attempt.and_then(|a| a.derived()) {
+        trace.key(&carried.key);
         if let Some(context) = &context {
             context.set_last_key(&carried.key);
         }
+        drop(in_span);
         return Ok(PreparedCall {
             spec,
             engine,
@@ -98,13 +117,19 @@ where
             key: carried.key,
             fingerprint: carried.fingerprint,
             label: carried.label,
+            trace,
         });
     }
-    let scope = spec.scope.resolve(spec.name, context.as_ref())?;
+    let scope = spec
+        .scope
+        .resolve(spec.name, context.as_ref())
+        .map_err(fail)?;
     let mut args = ArgsBuilder::new();
-    fill(&mut args).map_err(|source| Error::Canonical {
-        tool: spec.name.to_owned(),
-        source,
+    fill(&mut args).map_err(|source| {
+        fail(Error::Canonical {
+            tool: spec.name.to_owned(),
+            source,
+        })
     })?;
     let (key_args, fingerprint) = args.finish();
     let namespace = engine.namespace();
@@ -116,6 +141,7 @@ where
         scope,
         key_args: spec.audit.then(|| key_args.as_str().to_owned()),
     };
+    trace.key(&key);
     if let Some(context) = &context {
         context.set_last_key(&key);
     }
@@ -127,6 +153,7 @@ where
             label: label.clone(),
         });
     }
+    drop(in_span);
     Ok(PreparedCall {
         spec,
         engine,
@@ -134,6 +161,7 @@ where
         key,
         fingerprint,
         label,
+        trace,
     })
 }
 
@@ -160,10 +188,15 @@ impl PreparedCall {
         E: IdempotentError,
         Fut: Future<Output = Result<T, E>>,
     {
-        match self.claim().await {
-            Ok(claimed) => claimed.run(body).await,
-            Err(done) => done,
+        let span = self.trace.span().clone();
+        async move {
+            match self.claim().await {
+                Ok(claimed) => claimed.run(body).await,
+                Err(done) => done,
+            }
         }
+        .instrument(span)
+        .await
     }
 
     /// [`run`](Self::run) for an async body that may block its thread inside a poll (a
@@ -175,10 +208,15 @@ impl PreparedCall {
         E: IdempotentError,
         Fut: Future<Output = Result<T, E>>,
     {
-        match self.claim().await {
-            Ok(claimed) => claimed.run_may_block(body).await,
-            Err(done) => done,
+        let span = self.trace.span().clone();
+        async move {
+            match self.claim().await {
+                Ok(claimed) => claimed.run_may_block(body).await,
+                Err(done) => done,
+            }
         }
+        .instrument(span)
+        .await
     }
 
     /// [`run`](Self::run) for a sync tool: drives the protocol on this thread and runs the
@@ -199,6 +237,8 @@ impl PreparedCall {
         T: Serialize + DeserializeOwned,
         E: IdempotentError,
     {
+        let span = self.trace.span().clone();
+        let _in_span = span.enter();
         match self.claim_blocking() {
             Ok(claimed) => claimed.run_blocking(body),
             Err(done) => done,
@@ -215,11 +255,16 @@ impl PreparedCall {
         T: DeserializeOwned,
         E: IdempotentError,
     {
-        match self.acquire().await {
-            Err(error) => Err(Err(E::from(error))),
-            Ok(Acquired::Replay(envelope, lifetime)) => Err(self.replay(&envelope, lifetime)),
-            Ok(Acquired::Owner(ownership)) => Ok(ClaimedCall::new(self, ownership, false)),
+        let span = self.trace.span().clone();
+        async move {
+            match self.acquire().await {
+                Err(error) => Err(Err(E::from(self.fail(error)))),
+                Ok(Acquired::Replay(envelope, lifetime)) => Err(self.replay(&envelope, lifetime)),
+                Ok(Acquired::Owner(ownership)) => Ok(ClaimedCall::new(self, ownership, false)),
+            }
         }
+        .instrument(span)
+        .await
     }
 
     /// [`claim`](Self::claim) for a sync tool, with the rules of
@@ -230,12 +275,17 @@ impl PreparedCall {
         T: DeserializeOwned,
         E: IdempotentError,
     {
+        let span = self.trace.span().clone();
+        let _in_span = span.enter();
         let acquired = match self.drive_blocking(self.acquire()) {
             Ok(acquired) => acquired,
-            Err(refused) => return Err(Err(E::from(self.store_error(refused)))),
+            Err(refused) => {
+                self.trace.store_error(None, &refused);
+                return Err(Err(E::from(self.fail(self.store_error(refused)))));
+            }
         };
         match acquired {
-            Err(error) => Err(Err(E::from(error))),
+            Err(error) => Err(Err(E::from(self.fail(error)))),
             Ok(Acquired::Replay(envelope, lifetime)) => Err(self.replay(&envelope, lifetime)),
             Ok(Acquired::Owner(ownership)) => Ok(ClaimedCall::new(self, ownership, true)),
         }
@@ -289,6 +339,12 @@ impl PreparedCall {
         }
     }
 
+    /// The call ends with the layer error `error` (its span's status and event, V2).
+    fn fail(&self, error: Error) -> Error {
+        self.trace.failed(&error);
+        error
+    }
+
     fn record(&self, status: CallStatus, lifetime: Lifetime, recorded: bool) {
         let record = CallRecord {
             tool: self.spec.name.to_owned(),
@@ -300,7 +356,6 @@ impl PreparedCall {
             takeover: lifetime.takeover,
             fence: lifetime.fence,
         };
-        tracing::debug!(tool = self.spec.name, key = %self.key, ?status, recorded, "idempotent call finished");
         if let Some(context) = &self.context {
             context.set_last_outcome(record);
         }
@@ -313,14 +368,15 @@ impl PreparedCall {
     ) -> Result<T, E> {
         match envelope.decode::<T, E>() {
             Ok(outcome) => {
+                self.trace.replayed();
                 self.record(CallStatus::Replayed, lifetime, true);
                 outcome
             }
-            Err(reason) => Err(E::from(Error::Decode {
+            Err(reason) => Err(E::from(self.fail(Error::Decode {
                 tool: self.spec.name.to_owned(),
                 key: self.key.to_string(),
                 reason,
-            })),
+            }))),
         }
     }
 }

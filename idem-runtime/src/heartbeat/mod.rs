@@ -25,6 +25,7 @@ use crate::attempt::FencedSignal;
 use crate::clock::{Clock, Timestamp};
 use crate::key::IdempotencyKey;
 use crate::store::{OwnerToken, RenewRequest, Store};
+use crate::telemetry::{CallTrace, StoreOperation};
 
 /// After a renewal that failed with a store error, the next try comes this soon at the
 /// latest (or one heartbeat, if shorter).
@@ -43,6 +44,8 @@ pub(crate) struct Heartbeat {
     /// When the next renewal is due (engine clock, ms).
     next_at: Arc<AtomicU64>,
     fenced: Arc<FencedSignal>,
+    /// The call's span: renewals report in it (V2), also from the renewal thread.
+    trace: CallTrace,
 }
 
 /// The parts of a claim a heartbeat renews.
@@ -53,6 +56,8 @@ pub(crate) struct Lease {
     pub(crate) lease: Duration,
     /// `None`: no renewal (a zero lease).
     pub(crate) every: Option<Duration>,
+    /// The call's span.
+    pub(crate) trace: CallTrace,
 }
 
 impl Heartbeat {
@@ -76,6 +81,7 @@ impl Heartbeat {
                 lease.claimed_at.saturating_add(every).as_millis(),
             )),
             fenced: Arc::clone(fenced),
+            trace: lease.trace,
         })
     }
 
@@ -112,17 +118,25 @@ impl Heartbeat {
                 now,
                 lease_until: now.saturating_add(self.lease),
             };
-            let next = match self.store.renew(request).await {
-                Ok(true) => now.saturating_add(self.every),
+            let lease_until = request.lease_until;
+            let renewing = self.store.renew(request);
+            let renewed = self
+                .trace
+                .timed(StoreOperation::Renew, self.store.backend(), renewing);
+            let next = match renewed.await {
+                Ok(true) => {
+                    self.trace.renewed(lease_until);
+                    now.saturating_add(self.every)
+                }
+                // Another caller took over after this owner stalled longer than the lease:
+                // the body is fenced and its outcome will not be saved (L2).
                 Ok(false) => {
-                    tracing::warn!(tool = self.tool, key = %self.key, "lease renewal found the claim lost (another caller took over after this owner stalled longer than the lease); the body is fenced and its outcome will not be saved");
+                    self.trace.lease_lost(StoreOperation::Renew);
                     self.fenced.set();
                     return false;
                 }
-                Err(error) => {
-                    tracing::warn!(tool = self.tool, key = %self.key, %error, "lease renewal failed; trying again");
-                    now.saturating_add(self.every.min(RETRY_AFTER_STORE_ERROR))
-                }
+                // Reported by `timed`; tried again soon.
+                Err(_) => now.saturating_add(self.every.min(RETRY_AFTER_STORE_ERROR)),
             };
             self.next_at.store(next.as_millis(), Ordering::SeqCst);
             true

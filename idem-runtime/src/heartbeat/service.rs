@@ -105,10 +105,14 @@ impl Service {
                     }
                     running.renewing = true;
                     let (heartbeat, slot, id) = (heartbeat.clone(), Arc::clone(&slot), running.id);
-                    renew(async move {
-                        let alive = heartbeat.renew_once().await;
-                        slot.settle(id, !alive);
-                    });
+                    let span = heartbeat.trace.span().clone();
+                    renew(tracing::Instrument::instrument(
+                        async move {
+                            let alive = heartbeat.renew_once().await;
+                            slot.settle(id, !alive);
+                        },
+                        span,
+                    ));
                 }
             }
             state.tick = tick;
