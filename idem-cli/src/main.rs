@@ -1,0 +1,68 @@
+//! `idem`: derive the idempotency key of an AI-agent tool call; show, list, purge and count
+//! the records idem keeps (contract X). See the crate's README for the command reference.
+
+mod cli;
+mod commands;
+mod exit;
+mod output;
+mod secrets;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches};
+
+use crate::cli::Cli;
+use crate::commands::{Origins, Report};
+use crate::exit::{CliError, Exit};
+
+fn main() -> ExitCode {
+    // Usage errors exit 2 naming the option (clap's own status for them); --help and
+    // --version exit 0.
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let origins = Origins {
+        store: match matches.value_source("store") {
+            Some(ValueSource::EnvVariable) => "IDEM_STORE",
+            _ => "--store",
+        },
+    };
+    let secrets = cli.store.as_deref().map(secrets::of).unwrap_or_default();
+    let timeout = cli.timeout;
+    let result = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Store(format!("cannot start the async runtime: {e}")))
+        .and_then(|runtime| {
+            runtime.block_on(async {
+                tokio::time::timeout(timeout.into(), commands::run(cli, origins))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(CliError::Store(format!(
+                            "the store is unavailable: no answer within {timeout} (--timeout)"
+                        )))
+                    })
+            })
+        });
+    let report = match result {
+        Ok(report) => report,
+        Err(error) => Report {
+            stderr: format!("{error}\n"),
+            exit: Some(error.exit()),
+            ..Report::default()
+        },
+    };
+    print(&report, &secrets);
+    report.exit.unwrap_or(Exit::Done).into()
+}
+
+/// Writes the report, passwords of the locator replaced by `***` (X4). A closed stdout (`idem
+/// ls | head`) is not an error.
+fn print(report: &Report, secrets: &[String]) {
+    let stdout = secrets::scrub(&report.stdout, secrets);
+    let _ = std::io::stdout().lock().write_all(stdout.as_bytes());
+    for line in secrets::scrub(&report.stderr, secrets).lines() {
+        let _ = writeln!(std::io::stderr().lock(), "idem: {line}");
+    }
+}
