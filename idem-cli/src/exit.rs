@@ -50,6 +50,19 @@ impl CliError {
         }
     }
 
+    /// A store error that does not name the store yet, followed by `(store LOCATOR)`;
+    /// `shown` has its passwords as `***`.
+    pub fn naming_store(self, shown: &str) -> Self {
+        match self {
+            CliError::Store(message)
+                if !message.contains(shown.split('?').next().unwrap_or(shown)) =>
+            {
+                CliError::Store(format!("{message} (store {shown})"))
+            }
+            other => other,
+        }
+    }
+
     /// A bad value of `option`: `--args: expected a JSON object`.
     pub fn usage(option: &str, what: impl std::fmt::Display) -> Self {
         CliError::Usage(format!("{option}: {what}"))

@@ -53,12 +53,14 @@ pub async fn run(cli: Cli, origins: Origins) -> Result<Report, CliError> {
             .map_err(|e| locator_error(e, origins.store))?;
         return key::run(&engine, args);
     }
-    let engine = open(
+    let (engine, shown) = open(
         cli.store.as_deref(),
         origins.store,
         cli.namespace.as_deref(),
     )?;
-    execute(&engine, &cli.command).await
+    execute(&engine, &cli.command)
+        .await
+        .map_err(|e| e.naming_store(&shown))
 }
 
 /// Runs `command` on `engine`'s store.
@@ -80,11 +82,16 @@ fn engine_builder(namespace: Option<&str>) -> idem_runtime::EngineBuilder {
     }
 }
 
-/// The engine over the store named by `locator` (from `origin`), in `namespace`.
+/// The engine over the store named by `locator` (from `origin`), in `namespace`, and the
+/// locator as it may be shown (passwords as `***`).
 ///
 /// An SQLite file that does not exist is not created: inspecting a mistyped path would
 /// otherwise leave an empty store behind and report nothing found.
-fn open(locator: Option<&str>, origin: &str, namespace: Option<&str>) -> Result<Engine, CliError> {
+fn open(
+    locator: Option<&str>,
+    origin: &str,
+    namespace: Option<&str>,
+) -> Result<(Engine, String), CliError> {
     let Some(text) = locator else {
         return Err(CliError::Usage(
             "no store: pass --store LOCATOR or set IDEM_STORE (`sqlite:PATH`, `postgres://…`, \
@@ -103,10 +110,11 @@ fn open(locator: Option<&str>, origin: &str, namespace: Option<&str>) -> Result<
         }
     }
     let store = locator.open().map_err(|e| locator_error(e, origin))?;
-    engine_builder(namespace)
+    let engine = engine_builder(namespace)
         .shared_store(store)
         .build()
-        .map_err(|e| locator_error(e, origin))
+        .map_err(|e| locator_error(e, origin))?;
+    Ok((engine, locator.to_string()))
 }
 
 /// A key given on the command line: 64 hex digits (either case).
