@@ -15,7 +15,9 @@
 //! ```
 //!
 //! The scope value is the conversation id, the tool-call id or the named scope's value
-//! (absent for `global`); `within` is the conversation a `call`-scoped tool-call id belongs
+//! (absent for `global`); for a composite scope (`tenant+conversation`, K7) the kind is the
+//! parts' kinds joined by `+` and the value the JSON array of the parts' values
+//! (`["acme","c-1"]`), see [`ScopePath::with_component`](crate::label::ScopePath::with_component); `within` is the conversation a `call`-scoped tool-call id belongs
 //! to, when one is in force (provider call ids are not unique across conversations: MCP
 //! request ids restart at every session), and absent otherwise.
 //!

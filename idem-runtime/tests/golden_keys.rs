@@ -159,3 +159,35 @@ fn typed_values_give_the_golden_keys() {
         row(&table, "unicode member names in UTF-16 order").key
     );
 }
+
+// pins K5, K7, K11: the keys of a composite scope and of a namespace are fixed too (a change
+// to either encoding must bump the key-format version); the un-namespaced key of the same
+// call is the K1 key of the table above
+#[test]
+fn composite_scope_and_namespace_keys_are_fixed() {
+    use idem_runtime::key::derive_key_in;
+    use idem_runtime::ScopePath;
+
+    let args = idem_runtime::canonical::to_canonical(
+        &serde_json::json!({"amount_cents": 500, "order_id": 4417}),
+    )
+    .unwrap();
+    let tenant_conversation = ScopePath::new()
+        .with("tenant", "acme")
+        .with("conversation", "c-1");
+    let composite = tenant_conversation
+        .with_component(|scope| derive_key_in(None, scope, "send_refund", &args));
+    assert_eq!(
+        composite.as_str(),
+        "65241a66eb07b1fa6e0a4c69de2b5972e519751d46fcb207c3c6f0d692ed8fea"
+    );
+    let conversation = ScopePath::new().with("conversation", "c-9");
+    let plain = conversation.with_component(|scope| derive_key(scope, "send_refund", &args));
+    let namespaced = conversation
+        .with_component(|scope| derive_key_in(Some("eu-prod"), scope, "send_refund", &args));
+    assert_ne!(plain, namespaced);
+    assert_eq!(
+        namespaced.as_str(),
+        "42ac42aa9e0e0b721050b55f7333ee1ed1d20b5414531c3e0c8364de6c1056e9"
+    );
+}
