@@ -48,7 +48,7 @@ fn main() -> ExitCode {
     let report = match result {
         Ok(report) => report,
         Err(error) => Report {
-            stderr: format!("{error}\n"),
+            stderr: format!("idem: {error}\n"),
             exit: Some(error.exit()),
             ..Report::default()
         },
@@ -57,12 +57,11 @@ fn main() -> ExitCode {
     report.exit.unwrap_or(Exit::Done).into()
 }
 
-/// Writes the report, passwords of the locator replaced by `***` (X4). A closed stdout (`idem
-/// ls | head`) is not an error.
+/// Writes the report, passwords of the locator replaced by `***` in messages (X4). Standard
+/// output is records as the store holds them, printed unchanged. A closed stdout (`idem ls |
+/// head`) is not an error.
 fn print(report: &Report, secrets: &[String]) {
-    let stdout = secrets::scrub(&report.stdout, secrets);
-    let _ = std::io::stdout().lock().write_all(stdout.as_bytes());
-    for line in secrets::scrub(&report.stderr, secrets).lines() {
-        let _ = writeln!(std::io::stderr().lock(), "idem: {line}");
-    }
+    let _ = std::io::stdout().lock().write_all(report.stdout.as_bytes());
+    let stderr = secrets::scrub(&report.stderr, secrets);
+    let _ = std::io::stderr().lock().write_all(stderr.as_bytes());
 }

@@ -1,6 +1,7 @@
 //! Passwords are never printed (contract X4): the stores' messages already show locators
-//! with `***`; as a second guard, every text `idem` prints has the locator's passwords
-//! replaced too.
+//! with `***`; as a second guard, every message `idem` prints (stderr) has the locator's
+//! passwords replaced too. Standard output (records) is left as the store holds it: no
+//! command prints the locator there.
 
 /// The passwords in a locator: the URL's user-info password and any `password=` query
 /// parameter's value.

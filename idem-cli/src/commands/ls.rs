@@ -87,7 +87,7 @@ pub(super) async fn run(engine: &Engine, args: &LsArgs) -> Result<Report, CliErr
         .collect();
     report.stdout = table(&header, &rows);
     if let Some(next) = &page.next {
-        report.stderr = format!("next page: --cursor {next}\n");
+        report.stderr = format!("idem: next page: --cursor {next}\n");
     }
     Ok(report)
 }

@@ -20,7 +20,8 @@ use crate::exit::{locator_error, CliError, Exit};
 pub struct Report {
     /// Its standard output.
     pub stdout: String,
-    /// Its standard error (notes such as the next page's cursor).
+    /// Its standard error, as printed: notes prefixed `idem: `, and the next page's
+    /// cursor of `ls --json` as a bare JSON object.
     pub stderr: String,
     /// Its exit status when it did not fail.
     pub exit: Option<Exit>,

@@ -54,14 +54,14 @@ async fn by_key(
                 RecordState::Completed { .. } => String::new(),
             };
             report.stderr = format!(
-                "kept {key} ({}{lease}): its call may still be running; pass --force to delete it\n",
+                "idem: kept {key} ({}{lease}): its call may still be running; pass --force to delete it\n",
                 describe(&record)
             );
             report.exit = Some(Exit::NotFound);
             Ok(report)
         }
         PurgeOutcome::Absent => {
-            report.stderr = format!("no live record of key {key}: nothing to purge\n");
+            report.stderr = format!("idem: no live record of key {key}: nothing to purge\n");
             report.exit = Some(Exit::NotFound);
             Ok(report)
         }
@@ -106,12 +106,12 @@ async fn by_filters(engine: &Engine, args: &PurgeArgs) -> Result<Report, CliErro
     }
     if counts.kept > 0 {
         report.stderr = format!(
-            "kept {} in progress or with an unknown outcome: their calls may still be running; \
+            "idem: kept {} in progress or with an unknown outcome: their calls may still be running; \
              pass --force to delete them\n",
             records(counts.kept)
         );
     } else if counts.deleted == 0 {
-        report.stderr = "no live record matches: nothing to purge\n".to_owned();
+        report.stderr = "idem: no live record matches: nothing to purge\n".to_owned();
     }
     if counts.deleted == 0 {
         report.exit = Some(Exit::NotFound);

@@ -323,7 +323,7 @@ async fn ls_filters_and_pages() {
     assert!(rows[1].starts_with(&elsewhere[..16]), "{}", table.stdout);
     assert!(rows[1].contains("completed  1      now      2026-12-01T20:33:33.143Z  in 23h 59m  2026-12-02T20:33:33.143Z"), "{}", table.stdout);
     assert!(
-        table.stderr.starts_with("next page: --cursor "),
+        table.stderr.starts_with("idem: next page: --cursor "),
         "{}",
         table.stderr
     );
