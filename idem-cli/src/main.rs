@@ -29,22 +29,11 @@ fn main() -> ExitCode {
         },
     };
     let secrets = cli.store.as_deref().map(secrets::of).unwrap_or_default();
-    let timeout = cli.timeout;
     let result = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| CliError::Store(format!("cannot start the async runtime: {e}")))
-        .and_then(|runtime| {
-            runtime.block_on(async {
-                tokio::time::timeout(timeout.into(), commands::run(cli, origins))
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(CliError::Store(format!(
-                            "the store is unavailable: no answer within {timeout} (--timeout)"
-                        )))
-                    })
-            })
-        });
+        .and_then(|runtime| runtime.block_on(commands::run(cli, origins)));
     let report = match result {
         Ok(report) => report,
         Err(error) => Report {

@@ -421,6 +421,7 @@ mod tests {
         );
     }
 
+    // pins X2: table columns line up by characters, not bytes
     #[test]
     fn tables_pad_by_characters() {
         let text = table(

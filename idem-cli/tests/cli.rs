@@ -687,6 +687,29 @@ fn a_stopped_server_is_exit_3_without_the_password() {
     }
 }
 
+// pins X3, X4: a server that accepts connections and never answers is exit 3 after
+// --timeout, naming the store without its password
+#[test]
+fn a_server_that_never_answers_is_exit_3_after_the_timeout() {
+    // The kernel completes connections into the backlog; nobody ever reads or writes.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    for locator in [
+        format!("postgres://user:secret@127.0.0.1:{port}/db"),
+        format!("redis://:secret@127.0.0.1:{port}"),
+    ] {
+        let started = std::time::Instant::now();
+        let run = idem(&["--timeout", "1s", "--store", &locator, "show", SOME_KEY]).expect(3);
+        assert!(started.elapsed() < Duration::from_secs(10), "{run:?}");
+        assert!(
+            run.stderr.contains("no answer within 1s (--timeout)")
+                && run.stderr.contains(":***@127.0.0.1:"),
+            "{run:?}"
+        );
+        assert!(!run.stderr.contains("secret"), "{run:?}");
+    }
+}
+
 // pins X3: an SQLite file that does not exist (here: in a directory that does not exist)
 // is exit 3, and is not created
 #[test]

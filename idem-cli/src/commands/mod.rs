@@ -59,8 +59,14 @@ pub async fn run(cli: Cli, origins: Origins) -> Result<Report, CliError> {
         origins.store,
         cli.namespace.as_deref(),
     )?;
-    execute(&engine, &cli.command)
+    let limit = cli.timeout;
+    tokio::time::timeout(limit.into(), execute(&engine, &cli.command))
         .await
+        .unwrap_or_else(|_| {
+            Err(CliError::Store(format!(
+                "the store is unavailable: no answer within {limit} (--timeout)"
+            )))
+        })
         .map_err(|e| e.naming_store(&shown))
 }
 
