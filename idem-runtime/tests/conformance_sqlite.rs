@@ -1,7 +1,7 @@
 //! The store conformance suite (contract S1–S11) on the SQLite store, each test on a fresh
 //! file in its own temporary directory; then what only a file can show: two stores on one
-//! file, reopening, the schema version and the migration of a version-1 file, typed open
-//! errors; and the SQLite store's fencing tokens (F1), renewal (L1), outcome-unknown
+//! file, reopening, the schema version and the upgrade of version-1 and version-2 files,
+//! typed open errors; and the SQLite store's fencing tokens (F1), renewal (L1), outcome-unknown
 //! records (U1) and garbage collection judged by this machine's clock (G1).
 
 #![cfg(feature = "sqlite")]
@@ -17,8 +17,8 @@ use idem_runtime::envelope::Envelope;
 use idem_runtime::key::{Fingerprint, IdempotencyKey};
 use idem_runtime::store::sqlite::SQLITE_SCHEMA_VERSION;
 use idem_runtime::store::{
-    Claim, ClaimRequest, Completion, MarkUnknownRequest, OwnerToken, Record, RecordState,
-    RenewRequest, TakeoverRequest,
+    Claim, ClaimRequest, Completion, ListQuery, MarkUnknownRequest, OwnerToken, PurgeOutcome,
+    Record, RecordState, RenewRequest, TakeoverRequest,
 };
 use idem_runtime::{
     prepare, Clock, SqliteOpenError, SqliteStore, Store, StoreErrorKind, SystemClock, Timestamp,
@@ -439,6 +439,62 @@ fn outcome() -> Envelope {
 
 fn round_trips(store: &SqliteStore) -> u64 {
     store.round_trips().expect("the SQLite store counts")
+}
+
+// pins I3, I4, I5 (what `Store::round_trips` documents): listing, counting, purging one key
+// (deleted, kept or absent) and purging by filter (with and without force) are one round trip
+// each
+#[tokio::test]
+async fn inspection_costs_one_round_trip_per_operation() {
+    let store = SqliteStore::open_in_memory().unwrap();
+    let owner = OwnerToken::random();
+    for n in 1..=3 {
+        claim(&store, &key(n), owner, at(n), at(100), at(1_000)).await;
+    }
+    for n in 1..=2 {
+        let saved = store.complete(&key(n), owner, &outcome(), at(5)).await;
+        assert_eq!(saved, Ok(Completion::Saved));
+    }
+    let mut last = round_trips(&store);
+    let mut one_more = |store: &SqliteStore| {
+        let now = round_trips(store);
+        assert_eq!(now - last, 1);
+        last = now;
+    };
+    let page = store.list(&ListQuery::new().limit(1), at(6)).await.unwrap();
+    assert!(page.next.is_some());
+    one_more(&store);
+    let page = store
+        .list(&ListQuery::new().limit(1).after(page.next.unwrap()), at(6))
+        .await
+        .unwrap();
+    assert_eq!(page.records.len(), 1);
+    one_more(&store);
+    assert_eq!(store.stats(at(6)).await.unwrap().total.total(), 3);
+    one_more(&store);
+    let kept = store.purge(&key(3), false, at(6)).await.unwrap();
+    assert!(matches!(kept, PurgeOutcome::Kept(_)), "{kept:?}");
+    one_more(&store);
+    let deleted = store.purge(&key(1), false, at(6)).await.unwrap();
+    assert!(matches!(deleted, PurgeOutcome::Deleted(_)), "{deleted:?}");
+    one_more(&store);
+    assert_eq!(
+        store.purge(&key(1), false, at(6)).await,
+        Ok(PurgeOutcome::Absent)
+    );
+    one_more(&store);
+    let counts = store
+        .purge_matching(&ListQuery::new(), false, at(6))
+        .await
+        .unwrap();
+    assert_eq!((counts.deleted, counts.kept), (1, 1));
+    one_more(&store);
+    let counts = store
+        .purge_matching(&ListQuery::new(), true, at(6))
+        .await
+        .unwrap();
+    assert_eq!((counts.deleted, counts.kept), (1, 0));
+    one_more(&store);
 }
 
 // pins F1: the fence strictly increases claim → takeover → takeover, and across a claim of the
@@ -863,6 +919,68 @@ fn write_version_1_file(
     .unwrap();
 }
 
+/// What a version-2 build added to a version-1 file (written out here for the same reason).
+const V1_TO_V2: &str = "
+ALTER TABLE idem_records
+    ADD COLUMN fence INTEGER NOT NULL DEFAULT 1 CHECK (fence >= 1);
+ALTER TABLE idem_records
+    ADD COLUMN unknown_since INTEGER CHECK (unknown_since IS NULL OR outcome IS NULL);
+UPDATE idem_meta SET value = 2 WHERE name = 'schema_version';
+";
+
+/// The key of the record whose outcome is unknown in a version-2 file.
+fn old_unknown_key() -> IdempotencyKey {
+    key(9)
+}
+
+/// A version-2 file at `path`: the records of [`write_version_1_file`], the completed one
+/// with fence 3 (as a version-2 build would have left it after takeovers), and one whose
+/// outcome is unknown ([`old_unknown_key`], fence 2, owned by `owner`, its lease lapsed at
+/// `T0 + 60 000`, unknown since `T0`): no label columns.
+fn write_version_2_file(
+    path: &std::path::Path,
+    completed: (&IdempotencyKey, &Fingerprint, &str),
+    running: &IdempotencyKey,
+    owner: OwnerToken,
+) {
+    write_version_1_file(path, completed, running, owner);
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.execute_batch(V1_TO_V2).unwrap();
+    conn.execute(
+        "UPDATE idem_records SET fence = 3 WHERE key = ?1",
+        [completed.0.as_str()],
+    )
+    .unwrap();
+    let (t0, expires) = (T0 as i64, (T0 + 86_400_000) as i64);
+    conn.execute(
+        "INSERT INTO idem_records
+             (key, fingerprint, created_at, expires_at, owner, lease_until, fence, unknown_since)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 2, ?3)",
+        rusqlite::params![
+            old_unknown_key().as_str(),
+            fp().as_str(),
+            t0,
+            expires,
+            owner.to_hex(),
+            t0 + 60_000
+        ],
+    )
+    .unwrap();
+}
+
+/// The names of the idem indexes in the file at `path`.
+fn index_names(path: &std::path::Path) -> Vec<String> {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let mut statement = conn
+        .prepare(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE 'idem%'
+             ORDER BY name",
+        )
+        .unwrap();
+    let names = statement.query_map([], |row| row.get(0)).unwrap();
+    names.collect::<Result<_, _>>().unwrap()
+}
+
 fn schema_version(path: &std::path::Path) -> i64 {
     let conn = rusqlite::Connection::open(path).unwrap();
     conn.query_row(
@@ -873,12 +991,26 @@ fn schema_version(path: &std::path::Path) -> i64 {
     .unwrap()
 }
 
-// pins S3, F1, U1 (an old store keeps working): a file written by a version-1 build is migrated
-// in place when opened: its records read back with fence 1 and their state, its saved outcome
-// replays through the protocol, its claim in progress completes, and new claims, renewals and
-// mark-unknowns work on it; opening it again changes nothing
+// pins P4, S3, F1, U1 (an old store keeps working): a file written by a version-1 build is
+// migrated in place when opened: its records read back with fence 1, their state and no label,
+// its saved outcome replays through the protocol, its claim in progress completes, new claims,
+// renewals and mark-unknowns work on it and are labelled, and it is listed and counted;
+// opening it again changes nothing
 #[tokio::test]
 async fn a_version_1_file_is_migrated_in_place_and_keeps_its_records() {
+    an_old_file_is_upgraded_in_place(1).await;
+}
+
+// pins P4, S3, F1, U1: a file written by a version-2 build (fences, an outcome unknown, no
+// labels) is upgraded in place to version 3 as a version-1 file is: its records keep their
+// fences and states and read with no label; taking over its unknown outcome labels the record
+#[tokio::test]
+async fn a_version_2_file_is_upgraded_in_place_and_keeps_its_records() {
+    an_old_file_is_upgraded_in_place(2).await;
+}
+
+/// Writes a file of `version` (1 or 2) and checks its upgrade to the current version.
+async fn an_old_file_is_upgraded_in_place(version: i64) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("old.sqlite3");
     // The completed record a version-1 build would have saved for refund(order 1).
@@ -894,23 +1026,40 @@ async fn a_version_1_file_is_migrated_in_place_and_keeps_its_records() {
         panic!("expected the saved outcome, got {saved:?}")
     };
     let (running, owner) = (key(7), OwnerToken::random());
-    write_version_1_file(
+    let write = match version {
+        1 => write_version_1_file,
+        2 => write_version_2_file,
+        other => panic!("no version {other} file to write"),
+    };
+    write(
         &path,
         (&done, &saved.fingerprint, envelope.as_str()),
         &running,
         owner,
     );
+    assert_eq!(schema_version(&path), version);
+    assert_eq!(index_names(&path), ["idem_records_expires_at"]);
 
-    let store = SqliteStore::open(&path).expect("a version-1 file opens");
-    assert_eq!(SQLITE_SCHEMA_VERSION, 2);
+    let store = SqliteStore::open(&path).expect("an old file opens");
+    assert_eq!(SQLITE_SCHEMA_VERSION, 3);
     assert_eq!(schema_version(&path), SQLITE_SCHEMA_VERSION);
+    assert_eq!(
+        index_names(&path),
+        [
+            "idem_records_created_at",
+            "idem_records_expires_at",
+            "idem_records_scope",
+            "idem_records_tool",
+        ]
+    );
+    let done_fence = if version == 1 { 1 } else { 3 };
     assert_eq!(
         read(&store, &done, at(10)).await,
         Record {
             fingerprint: saved.fingerprint.clone(),
             created_at: at(0),
             expires_at: at(86_400_000),
-            fence: 1,
+            fence: done_fence,
             state: RecordState::Completed {
                 outcome: envelope.clone(),
                 completed_at: at(0)
@@ -946,23 +1095,80 @@ async fn a_version_1_file_is_migrated_in_place_and_keeps_its_records() {
     assert_eq!(p.key(), &done);
     let out: Result<u64, ToolError> = p.run(async { panic!("must replay") }).await;
     assert_eq!(out, Ok(100));
+    assert_eq!(
+        ctx.last_outcome().unwrap().status,
+        idem_runtime::CallStatus::Replayed
+    );
 
-    // The old claim in progress: renewed, completed by its owner.
+    // The old claim in progress: renewed, completed by its owner; it keeps no label.
     assert!(renew(&store, &running, owner, at(20), at(80_000)).await);
     assert_eq!(
         store.complete(&running, owner, &outcome(), at(30)).await,
         Ok(Completion::Saved)
     );
-    // New records: claimed, marked unknown, taken over with the next fence.
+    assert_eq!(read(&store, &running, at(30)).await.label, None);
+    // New records: claimed (with their label), marked unknown, taken over with the next fence.
     let fresh = key(8);
     assert_eq!(
         claim(&store, &fresh, owner, at(40), at(140), at(1_040)).await,
         Claim::Acquired { fence: 1 }
     );
+    assert_eq!(
+        read(&store, &fresh, at(40)).await.label,
+        Some(LABEL.clone())
+    );
     assert!(mark_unknown(&store, &fresh, owner, at(50), at(40)).await);
     let unknown = read(&store, &fresh, at(50)).await;
     assert!(take_over(&store, &fresh, &unknown, OwnerToken::random(), at(60), 2).await);
-    assert_eq!(read(&store, &fresh, at(60)).await.fence, 2);
+    let taken = read(&store, &fresh, at(60)).await;
+    assert_eq!((taken.fence, taken.label), (2, Some(LABEL.clone())));
+    let old_unknown = old_unknown_key();
+    if version == 2 {
+        // The version-2 unknown outcome: as it was, then labelled by the takeover.
+        let seen = read(&store, &old_unknown, at(60)).await;
+        assert_eq!(seen.fence, 2);
+        assert_eq!(seen.label, None);
+        assert!(matches!(
+            seen.state,
+            RecordState::OutcomeUnknown { owner: o, since, .. } if o == owner && since == at(0)
+        ));
+        assert!(take_over(&store, &old_unknown, &seen, OwnerToken::random(), at(70), 3).await);
+        let taken = read(&store, &old_unknown, at(70)).await;
+        assert_eq!((taken.fence, taken.label), (3, Some(LABEL.clone())));
+    }
+
+    // Listed and counted: the old records with no label (tool ""), the new one with its own.
+    let listed = store.list(&ListQuery::new(), at(70)).await.unwrap();
+    let labels: Vec<_> = listed
+        .records
+        .iter()
+        .map(|r| (r.key.clone(), r.record.label.clone()))
+        .collect();
+    // Newest first; `running` and `done` share T0, so the larger key comes first.
+    let mut old = [running.clone(), done.clone()];
+    old.sort_by(|a, b| b.cmp(a));
+    let mut expected = vec![(fresh.clone(), Some(LABEL.clone()))];
+    if version == 2 {
+        expected.insert(0, (old_unknown.clone(), Some(LABEL.clone())));
+    }
+    expected.extend(old.into_iter().map(|k| (k, None)));
+    assert_eq!(labels, expected);
+    let unlabelled = store
+        .list(&ListQuery::new().tool(""), at(70))
+        .await
+        .unwrap();
+    assert_eq!(unlabelled.records.len(), 2);
+    let in_scope = store
+        .list(&ListQuery::new().scope(LABEL.scope.clone()), at(70))
+        .await
+        .unwrap();
+    assert_eq!(in_scope.records.len(), expected.len() - 2);
+    let stats = store.stats(at(70)).await.unwrap();
+    assert_eq!(stats.by_tool[""].completed, 2);
+    assert_eq!(
+        stats.by_tool[LABEL.tool.as_str()].total(),
+        expected.len() as u64 - 2
+    );
     drop(store);
 
     let again = SqliteStore::open(&path).expect("a migrated file opens again");

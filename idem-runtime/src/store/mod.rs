@@ -507,8 +507,11 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     ///   `COMMIT`). Opening and authenticating pooled connections is not counted.
     /// - **SQLite**: one transaction or single statement against the file (a claim is one
     ///   `BEGIN IMMEDIATE` … `COMMIT` transaction; take over, renew, mark unknown, complete,
-    ///   release, read and `SqliteStore::collect_garbage` one statement each). Opening the
-    ///   file and creating the schema is not counted.
+    ///   release, read and `SqliteStore::collect_garbage` one statement each; of the
+    ///   inspection operations, [`list`](Store::list) and [`stats`](Store::stats) are one
+    ///   statement each, [`purge`](Store::purge) and
+    ///   [`purge_matching`](Store::purge_matching) one `BEGIN IMMEDIATE` transaction each).
+    ///   Opening the file and creating or migrating the schema is not counted.
     /// - **memory**: one store operation (claim, take over, renew, mark unknown, complete,
     ///   release, read), so that the protocol's counts compare across stores. Subscribing
     ///   to a key's change signal ([`watch`](Store::watch)) is not an operation.

@@ -4,7 +4,7 @@
 //! feature, which links `libsqlite3-sys` 0.30: the version sqlx 0.8 links, so this store
 //! and sqlx's SQLite driver can sit in one build (cargo allows one `libsqlite3-sys`).
 //!
-//! # Schema (version 2)
+//! # Schema (version 3)
 //!
 //! Created on first use, inside one `BEGIN IMMEDIATE` transaction, next to any tables the
 //! file already holds (every name starts with `idem_`). The file then holds:
@@ -12,7 +12,7 @@
 //! ```sql
 //! CREATE TABLE idem_meta (
 //!     name  TEXT PRIMARY KEY NOT NULL,  -- 'schema_version'
-//!     value INTEGER NOT NULL            -- 2
+//!     value INTEGER NOT NULL            -- 3
 //! );
 //! CREATE TABLE idem_records (
 //!     key           TEXT PRIMARY KEY NOT NULL, -- the idempotency key (64 hex digits)
@@ -26,13 +26,27 @@
 //!     fence         INTEGER NOT NULL DEFAULT 1 CHECK (fence >= 1),  -- fencing token (F1)
 //!     unknown_since INTEGER   -- outcome unknown: when that run claimed the key, ms (U1)
 //!         CHECK (unknown_since IS NULL OR outcome IS NULL),
+//!     -- the label (P1), written by every claim and takeover; all NULL in a row written
+//!     -- before version 3 (P4):
+//!     tool          TEXT,     -- the tool's name
+//!     namespace     TEXT,     -- the engine's namespace (K11); NULL: none
+//!     scope         TEXT,     -- the scope path's text: `kind=value` parts joined by `/`
+//!                             -- ('' for global)
+//!     key_args      TEXT,     -- audited tools only: the canonical JSON of the key
+//!                             -- arguments (P2); NULL otherwise
 //!     CHECK ((owner IS NOT NULL AND lease_until IS NOT NULL
 //!             AND outcome IS NULL AND completed_at IS NULL)
 //!         OR (owner IS NULL AND lease_until IS NULL
 //!             AND outcome IS NOT NULL AND completed_at IS NOT NULL))
 //! );
-//! CREATE INDEX idem_records_expires_at ON idem_records (expires_at);
+//! CREATE INDEX idem_records_expires_at ON idem_records (expires_at);        -- garbage (G1)
+//! CREATE INDEX idem_records_created_at ON idem_records (created_at, key);   -- listing (I3)
+//! CREATE INDEX idem_records_tool ON idem_records (tool, created_at, key);   -- by tool (I3)
+//! CREATE INDEX idem_records_scope ON idem_records (scope);                  -- by scope (I3)
 //! ```
+//!
+//! (SQLite keeps the table's definition as `CREATE TABLE` of version 1 followed by the
+//! columns its migrations added, in the order above.)
 //!
 //! A row is in progress when `owner` is set and `unknown_since` is not, outcome unknown
 //! when both are set, and completed when `outcome` is set. Times are whole milliseconds
@@ -48,11 +62,17 @@
 //! in place, inside the set-up transaction, so it is all or nothing and happens once when
 //! several processes open the file together. Version 1 (no `fence`, no `unknown_since`)
 //! becomes version 2 by `ALTER TABLE idem_records ADD COLUMN` of the two columns, without
-//! rewriting a row: every stored record keeps its state and reads back with fence 1. A new
-//! file is created as version 1 and migrated by the same steps, so new and migrated files
-//! have one schema. A file of a newer version (or of a version no build wrote) is refused
-//! with [`SqliteOpenError::UnsupportedSchema`] and left untouched; so is a migrated file by
-//! a build of version 1, whose processes therefore cannot open it. Processes of such a
+//! rewriting a row: every stored record keeps its state and reads back with fence 1.
+//! Version 2 becomes version 3 by adding the four label columns the same way and creating
+//! the three listing indexes (`CREATE INDEX IF NOT EXISTS`; building them reads every row
+//! once): every stored record keeps its state and fence, keeps replaying, and reads back
+//! with no label (P4); it is listed and counted under the tool `""`, and matches a scope
+//! filter only when the filter is empty.
+//! A version-1 file runs both steps in the one transaction. A new file is created as
+//! version 1 and migrated by the same steps, so new and migrated files have one schema. A
+//! file of a newer version (or of a version no build wrote) is refused with
+//! [`SqliteOpenError::UnsupportedSchema`] and left untouched; so is a migrated file by a
+//! build of an older version, whose processes therefore cannot open it. Processes of such a
 //! build that already had the file open when it was migrated must be stopped: upgrade
 //! every process that shares a file together.
 //!
@@ -66,7 +86,24 @@
 //!   each, `UPDATE/DELETE … WHERE key = ? AND owner = ? …`. Take over also matches the
 //!   seen lease deadline and accepts a row in progress or outcome unknown; the others
 //!   accept only a row in progress (`unknown_since IS NULL`).
+//! - claim and take over write the label columns (P1); a claim over an expired row and a
+//!   takeover replace them, so a takeover of a row written before version 3 labels it.
 //! - expiry is compared with the `now` the engine passes in, never SQLite's clock.
+//!
+//! # Inspection (I3–I5)
+//!
+//! [`Store::list`] is one `SELECT` whose `WHERE` clause holds every filter (tool,
+//! namespace, scope prefix, state, creation time, the cursor, `expires_at > now`), ordered
+//! `created_at DESC, key DESC` and limited to the page size + 1 (the extra row says whether
+//! a next page exists). A scope prefix with text `P` selects `scope = P` and the range
+//! `P/ <= scope < P0` (`0` is the byte after `/`): exactly the scopes whose parts begin with
+//! the prefix's, never a `LIKE`. A tool filter is served by the `(tool, created_at, key)`
+//! index, which also yields the order; a scope prefix by two ranges of the `(scope)` index;
+//! an unfiltered listing by the `(created_at, key)` index, read backwards from the cursor.
+//! [`Store::purge`] is one transaction (a `DELETE … RETURNING` by key, and a read when it
+//! deleted nothing); [`Store::purge_matching`] one transaction (a count of the kept rows, a
+//! `DELETE` of the rest); [`Store::stats`] one `GROUP BY tool, state`. Each method's
+//! documentation states its cost.
 //!
 //! # Garbage collection (G1)
 //!
@@ -104,6 +141,7 @@
 //! waiting duplicates poll with backoff (S5), after a completion or a mark-unknown alike.
 
 mod error;
+mod inspect;
 mod schema;
 mod statements;
 
@@ -120,8 +158,9 @@ pub use self::schema::SQLITE_SCHEMA_VERSION;
 use self::statements::{ClaimValues, OwnerUpdate, TakeoverValues};
 use super::in_flight::{self, Undo};
 use super::{
-    gc_cutoff, Claim, ClaimRequest, Completion, MarkUnknownRequest, OwnerToken, Record,
-    RenewRequest, Store, StoreError, StoreFuture, TakeoverRequest,
+    gc_cutoff, Claim, ClaimRequest, Completion, ListPage, ListQuery, MarkUnknownRequest,
+    OwnerToken, PurgeCounts, PurgeOutcome, Record, RenewRequest, Store, StoreError, StoreFuture,
+    StoreStats, TakeoverRequest,
 };
 use crate::clock::Timestamp;
 use crate::envelope::Envelope;
@@ -362,6 +401,77 @@ impl Store for SqliteStore {
             move |conn, path| statements::read_live(conn, path, &key, now),
             None,
         )
+    }
+
+    /// One `SELECT` (one round trip) of at most the page size + 1 rows, newest first
+    /// (`ORDER BY created_at DESC, key DESC`), every filter in its `WHERE` clause, no
+    /// `LIKE`. What serves it, by the filters given:
+    ///
+    /// - a tool: an index range scan on `(tool, created_at, key)`, which also gives the
+    ///   listing order, then a filter on the other conditions: O(rows of the tool read
+    ///   until the page is full), at most O(the tool's rows);
+    /// - a scope prefix (without a tool): two index ranges on `(scope)` (the scope itself,
+    ///   and the texts that begin with it and `/`), then a filter on the other conditions
+    ///   (the cursor included) and a sort of the matches: O(m log m) for the m rows in the
+    ///   scope and below it, on every page;
+    /// - neither: a backward scan of the `(created_at, key)` index from the cursor (or
+    ///   from the newest row), filtering as it goes, stopping when the page is full:
+    ///   O(rows read until the page is full), at most O(rows held) for a filter that
+    ///   matches little (a namespace, a state, a creation time range alone).
+    ///
+    /// With a tool or without filters, the cursor `(created_at, key) < (…)` is a bound of
+    /// the index range, not a skip, so a later page costs no more than the first. Expired
+    /// rows are filtered out (`expires_at > now`), not served by an index.
+    fn list<'a>(&'a self, query: &'a ListQuery, now: Timestamp) -> StoreFuture<'a, ListPage> {
+        let query = query.clone();
+        self.run(
+            move |conn, path| inspect::list(conn, path, &query, now),
+            None,
+        )
+    }
+
+    /// One `BEGIN IMMEDIATE` transaction (one round trip): `DELETE … WHERE key = ? AND
+    /// expires_at > now AND (force OR completed) RETURNING …` by the primary key, and, when
+    /// it deleted nothing, a read of the row by the primary key to tell a kept record from
+    /// an absent one: O(log rows). An expired row is not deleted here but left to garbage
+    /// collection, which judges by this machine's clock too (G1).
+    fn purge<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        force: bool,
+        now: Timestamp,
+    ) -> StoreFuture<'a, PurgeOutcome> {
+        let key = key.as_str().to_owned();
+        self.run(
+            move |conn, path| inspect::purge(conn, path, &key, force, now),
+            None,
+        )
+    }
+
+    /// One `BEGIN IMMEDIATE` transaction (one round trip), with [`list`](Store::list)'s
+    /// filters and indexes (its limit and cursor do not apply): without `force` a
+    /// `SELECT COUNT(*)` of the matching rows that are not completed (kept) and a `DELETE`
+    /// of the completed ones; with `force` one `DELETE` of every matching row.
+    /// O(matching rows) (O(rows held) when no tool or scope narrows them), holding the
+    /// file's write lock meanwhile.
+    fn purge_matching<'a>(
+        &'a self,
+        query: &'a ListQuery,
+        force: bool,
+        now: Timestamp,
+    ) -> StoreFuture<'a, PurgeCounts> {
+        let query = query.clone();
+        self.run(
+            move |conn, path| inspect::purge_matching(conn, path, &query, force, now),
+            None,
+        )
+    }
+
+    /// One `SELECT … GROUP BY tool, state` (one round trip): a scan of the
+    /// `(tool, created_at, key)` index and the rows, skipping expired ones, then a sort by
+    /// state within each tool: O(rows held), expired rows not yet collected included.
+    fn stats<'a>(&'a self, now: Timestamp) -> StoreFuture<'a, StoreStats> {
+        self.run(move |conn, path| inspect::stats(conn, path, now), None)
     }
 
     fn backend(&self) -> &'static str {

@@ -10,7 +10,7 @@ use super::SqliteOpenError;
 
 /// The schema version this build writes, and the newest it reads; files of older versions
 /// are migrated to it when opened (see the module documentation).
-pub const SQLITE_SCHEMA_VERSION: i64 = 2;
+pub const SQLITE_SCHEMA_VERSION: i64 = 3;
 
 /// How long a statement waits for another connection's write lock before failing.
 pub(super) const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -45,12 +45,29 @@ CREATE INDEX idem_records_expires_at ON idem_records (expires_at);
 /// rewriting a row. Every existing record gets fence 1 (the column's default) and keeps its
 /// state; `unknown_since` stays `NULL`, so no existing record becomes outcome-unknown.
 /// SQLite checks the new columns' constraints against every existing row.
-const MIGRATIONS: [&str; (SQLITE_SCHEMA_VERSION - 1) as usize] = ["
+///
+/// 2 → 3 (labels P1, inspection I3–I5): four nullable label columns, added without
+/// rewriting a row, so every existing record reads back with no label (P4) and keeps
+/// replaying; and the indexes that serve listing: `(created_at, key)` for the listing
+/// order and cursor, `(tool, created_at, key)` for a tool filter, `(scope)` for a scope
+/// prefix (`IF NOT EXISTS`: an index of that name the file already has is left as it is).
+const MIGRATIONS: [&str; (SQLITE_SCHEMA_VERSION - 1) as usize] = [
+    "
 ALTER TABLE idem_records
     ADD COLUMN fence INTEGER NOT NULL DEFAULT 1 CHECK (fence >= 1);
 ALTER TABLE idem_records
     ADD COLUMN unknown_since INTEGER CHECK (unknown_since IS NULL OR outcome IS NULL);
-"];
+",
+    "
+ALTER TABLE idem_records ADD COLUMN tool TEXT;
+ALTER TABLE idem_records ADD COLUMN namespace TEXT;
+ALTER TABLE idem_records ADD COLUMN scope TEXT;
+ALTER TABLE idem_records ADD COLUMN key_args TEXT;
+CREATE INDEX IF NOT EXISTS idem_records_created_at ON idem_records (created_at, key);
+CREATE INDEX IF NOT EXISTS idem_records_tool ON idem_records (tool, created_at, key);
+CREATE INDEX IF NOT EXISTS idem_records_scope ON idem_records (scope);
+",
+];
 
 /// `PRAGMA journal_mode = WAL`, retried while the file is busy, for up to [`BUSY_TIMEOUT`].
 ///
@@ -156,7 +173,7 @@ mod tests {
 
     use rusqlite::Connection;
 
-    use super::{set_up, META, SCHEMA_V1, SQLITE_SCHEMA_VERSION};
+    use super::{set_up, META, MIGRATIONS, SCHEMA_V1, SQLITE_SCHEMA_VERSION};
     use crate::store::sqlite::SqliteOpenError;
 
     /// The idem tables and indexes of `conn`, as SQLite keeps their definitions.
@@ -192,20 +209,49 @@ mod tests {
         conn
     }
 
-    // pins S11: a new file and a migrated file end with one and the same schema, and setting
-    // up a current file again changes nothing
+    /// A database as a build of version 2 left it.
+    fn version_2() -> Connection {
+        let conn = version_1();
+        conn.execute_batch(MIGRATIONS[0]).unwrap();
+        conn.execute(
+            "UPDATE idem_meta SET value = 2 WHERE name = 'schema_version'",
+            [],
+        )
+        .unwrap();
+        conn
+    }
+
+    // pins S11, P4: a new file and files migrated from versions 1 and 2 end with one and the
+    // same schema (the label columns and the listing indexes included), and setting up a
+    // current file again changes nothing
     #[test]
     fn new_and_migrated_files_have_one_schema() {
         let path = Path::new(":memory:");
         let mut new = Connection::open_in_memory().unwrap();
         set_up(&mut new, path, false).unwrap();
-        let mut migrated = version_1();
-        set_up(&mut migrated, path, false).unwrap();
         assert_eq!(version(&new), SQLITE_SCHEMA_VERSION);
-        assert_eq!(version(&migrated), SQLITE_SCHEMA_VERSION);
         let schema = idem_schema(&new);
-        assert!(schema.iter().any(|(_, sql)| sql.contains("unknown_since")));
-        assert_eq!(idem_schema(&migrated), schema);
+        let table = &schema
+            .iter()
+            .find(|(name, _)| name == "idem_records")
+            .unwrap()
+            .1;
+        for column in ["unknown_since", "tool", "namespace", "scope", "key_args"] {
+            assert!(table.contains(column), "{column}: {table}");
+        }
+        for index in [
+            "idem_records_created_at",
+            "idem_records_tool",
+            "idem_records_scope",
+        ] {
+            assert!(schema.iter().any(|(name, _)| name == index), "{index}");
+        }
+        for (from, mut migrated) in [(1, version_1()), (2, version_2())] {
+            assert_eq!(version(&migrated), from);
+            set_up(&mut migrated, path, false).unwrap();
+            assert_eq!(version(&migrated), SQLITE_SCHEMA_VERSION);
+            assert_eq!(idem_schema(&migrated), schema, "from version {from}");
+        }
         set_up(&mut new, path, false).unwrap();
         assert_eq!(idem_schema(&new), schema);
     }

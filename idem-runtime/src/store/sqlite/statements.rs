@@ -20,8 +20,10 @@ use crate::store::{MarkUnknownRequest, RenewRequest, TakeoverRequest};
 /// row when a live record holds the key (nothing written).
 const CLAIM: &str = "
 INSERT INTO idem_records
-    (key, fingerprint, created_at, expires_at, owner, lease_until, fence)
-VALUES (:key, :fingerprint, :now, :expires_at, :owner, :lease_until, 1)
+    (key, fingerprint, created_at, expires_at, owner, lease_until, fence,
+     tool, namespace, scope, key_args)
+VALUES (:key, :fingerprint, :now, :expires_at, :owner, :lease_until, 1,
+        :tool, :namespace, :scope, :key_args)
 ON CONFLICT (key) DO UPDATE SET
     fingerprint = excluded.fingerprint,
     created_at = excluded.created_at,
@@ -31,24 +33,38 @@ ON CONFLICT (key) DO UPDATE SET
     unknown_since = NULL,
     outcome = NULL,
     completed_at = NULL,
+    tool = excluded.tool,
+    namespace = excluded.namespace,
+    scope = excluded.scope,
+    key_args = excluded.key_args,
     fence = CASE WHEN idem_records.fence < 9223372036854775807
                  THEN idem_records.fence + 1 ELSE idem_records.fence END
 WHERE idem_records.expires_at <= :now
 RETURNING fence
 ";
 
-const READ_LIVE: &str = "
-SELECT fingerprint, created_at, expires_at, fence, owner, lease_until, unknown_since,
-       outcome, completed_at
-FROM idem_records WHERE key = :key AND expires_at > :now
-";
+/// The columns [`Row::read`] decodes, in a `SELECT`.
+macro_rules! record_columns {
+    () => {
+        "fingerprint, created_at, expires_at, fence, owner, lease_until, unknown_since,
+       outcome, completed_at, tool, namespace, scope, key_args"
+    };
+}
+pub(super) use record_columns;
+
+const READ_LIVE: &str = concat!(
+    "SELECT ",
+    record_columns!(),
+    " FROM idem_records WHERE key = :key AND expires_at > :now"
+);
 
 /// Compare-and-set on the seen owner and lease of a live row in progress or outcome
 /// unknown (a completed row has no owner) (S6, U1).
 const TAKE_OVER: &str = "
 UPDATE idem_records
 SET owner = :owner, lease_until = :lease_until, unknown_since = NULL,
-    created_at = :now, expires_at = :expires_at, fence = :fence
+    created_at = :now, expires_at = :expires_at, fence = :fence,
+    tool = :tool, namespace = :namespace, scope = :scope, key_args = :key_args
 WHERE key = :key AND owner = :seen_owner AND lease_until = :seen_lease_until
   AND expires_at > :now
 ";
@@ -110,6 +126,7 @@ pub(super) struct ClaimValues {
     now: Timestamp,
     lease_until: i64,
     expires_at: i64,
+    label: SqlLabel,
 }
 
 impl ClaimValues {
@@ -121,6 +138,7 @@ impl ClaimValues {
             now: req.now,
             lease_until: to_sql(req.lease_until),
             expires_at: to_sql(req.expires_at),
+            label: SqlLabel::of(req.label),
         }
     }
 }
@@ -149,6 +167,10 @@ pub(super) fn claim(
                     ":expires_at": v.expires_at,
                     ":owner": v.owner,
                     ":lease_until": v.lease_until,
+                    ":tool": v.label.tool,
+                    ":namespace": v.label.namespace,
+                    ":scope": v.label.scope,
+                    ":key_args": v.label.key_args,
                 },
                 |row| row.get(0),
             )
@@ -180,6 +202,7 @@ pub(super) struct TakeoverValues {
     lease_until: i64,
     expires_at: i64,
     fence: i64,
+    label: SqlLabel,
 }
 
 impl TakeoverValues {
@@ -193,6 +216,7 @@ impl TakeoverValues {
             lease_until: to_sql(req.lease_until),
             expires_at: to_sql(req.expires_at),
             fence: fence_to_sql(req.fence),
+            label: SqlLabel::of(req.label),
         }
     }
 }
@@ -214,6 +238,10 @@ pub(super) fn take_over(
                 ":lease_until": v.lease_until,
                 ":expires_at": v.expires_at,
                 ":fence": v.fence,
+                ":tool": v.label.tool,
+                ":namespace": v.label.namespace,
+                ":scope": v.label.scope,
+                ":key_args": v.label.key_args,
             })
         })
         .map(|updated| updated == 1)
@@ -361,11 +389,13 @@ pub(super) fn read_live(
     row.map(|row| row.decode(path, key)).transpose()
 }
 
-/// The columns of [`READ_LIVE`], as stored.
-struct Row(SqlRow);
+/// The columns of [`record_columns`], as stored.
+pub(super) struct Row(SqlRow);
 
 impl Row {
-    fn read(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
+    /// Reads the columns [`record_columns`] names, by name, from a row of any query that
+    /// selects them.
+    pub(super) fn read(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
         Ok(Row(SqlRow {
             fingerprint: row.get("fingerprint")?,
             created_at: row.get("created_at")?,
@@ -376,13 +406,18 @@ impl Row {
             unknown_since: row.get("unknown_since")?,
             outcome: row.get("outcome")?,
             completed_at: row.get("completed_at")?,
-            label: SqlLabel::default(),
+            label: SqlLabel {
+                tool: row.get("tool")?,
+                namespace: row.get("namespace")?,
+                scope: row.get("scope")?,
+                key_args: row.get("key_args")?,
+            },
         }))
     }
 
     /// The record, or [`StoreErrorKind::Corrupt`](crate::store::StoreErrorKind::Corrupt)
     /// when a value is out of its domain or the columns set match no state.
-    fn decode(self, path: &Path, key: &str) -> Result<Record, StoreError> {
+    pub(super) fn decode(self, path: &Path, key: &str) -> Result<Record, StoreError> {
         self.0.decode(|what| corrupt(path, key, what))
     }
 }
