@@ -5,7 +5,8 @@ use std::fmt::Write as _;
 
 use idem_runtime::store::{Record, RecordState, StateFilter};
 use idem_runtime::{IdempotencyKey, RecordLabel, ScopePart, ScopePath, Timestamp};
-use serde_json::{json, Map, Value};
+use serde::Serialize;
+use serde_json::{json, Value};
 
 /// `2026-12-01T20:33:33.123Z (3m ago)`.
 pub fn when(at: Timestamp, now: Timestamp) -> String {
@@ -99,48 +100,65 @@ fn key_args_json(label: &RecordLabel) -> Value {
     }
 }
 
-/// One record as the JSON object `show --json` prints and `ls --json` prints per line (X2):
-/// `key`, `tool`, `namespace`, `scope`, `scope_parts`, `state`, `fence`, `created_at`,
-/// `expires_at`, then `completed_at` (completed), `lease_until` (in progress and outcome
-/// unknown), `unknown_since` (outcome unknown), and `outcome`, `key_args`.
-pub fn record_json(key: &IdempotencyKey, record: &Record) -> Value {
+/// One record as the JSON object `show --json` prints and `ls --json` prints per line (X2),
+/// its members in this order: `key`, `tool`, `namespace`, `scope`, `scope_parts`, `state`,
+/// `fence`, `created_at`, `expires_at`, then `completed_at` (completed), `lease_until` (in
+/// progress and outcome unknown), `unknown_since` (outcome unknown), and `outcome`,
+/// `key_args`.
+#[derive(Debug, Clone, Serialize)]
+pub struct RecordJson {
+    key: String,
+    tool: Option<String>,
+    namespace: Option<String>,
+    scope: String,
+    scope_parts: Vec<ScopePart>,
+    state: &'static str,
+    fence: u64,
+    created_at: String,
+    expires_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    completed_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lease_until: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unknown_since: Option<String>,
+    outcome: Value,
+    key_args: Value,
+}
+
+/// The [`RecordJson`] of `record`.
+pub fn record_json(key: &IdempotencyKey, record: &Record) -> RecordJson {
     let label = label_of(record);
-    let mut object = Map::new();
-    object.insert("key".into(), json!(key.as_str()));
-    object.insert("tool".into(), json!(tool_of(record)));
-    object.insert("namespace".into(), json!(label.namespace));
-    object.insert("scope".into(), json!(scope_text(&label.scope)));
-    let parts: Vec<Value> = label
-        .scope
-        .parts()
-        .iter()
-        .map(|p| json!({"kind": p.kind, "value": p.value}))
-        .collect();
-    object.insert("scope_parts".into(), Value::Array(parts));
-    object.insert(
-        "state".into(),
-        json!(StateFilter::of(&record.state).as_str()),
-    );
-    object.insert("fence".into(), json!(record.fence));
-    object.insert("created_at".into(), json!(record.created_at.to_rfc3339()));
-    object.insert("expires_at".into(), json!(record.expires_at.to_rfc3339()));
-    match &record.state {
-        RecordState::Completed { completed_at, .. } => {
-            object.insert("completed_at".into(), json!(completed_at.to_rfc3339()));
-        }
-        RecordState::InProgress { lease_until, .. } => {
-            object.insert("lease_until".into(), json!(lease_until.to_rfc3339()));
-        }
+    let (completed_at, lease_until, unknown_since) = match &record.state {
+        RecordState::Completed { completed_at, .. } => (Some(*completed_at), None, None),
+        RecordState::InProgress { lease_until, .. } => (None, Some(*lease_until), None),
         RecordState::OutcomeUnknown {
             lease_until, since, ..
-        } => {
-            object.insert("lease_until".into(), json!(lease_until.to_rfc3339()));
-            object.insert("unknown_since".into(), json!(since.to_rfc3339()));
-        }
+        } => (None, Some(*lease_until), Some(*since)),
+    };
+    let text = |at: Option<Timestamp>| at.map(|t| t.to_rfc3339());
+    RecordJson {
+        key: key.to_string(),
+        tool: tool_of(record).map(str::to_owned),
+        namespace: label.namespace.clone(),
+        scope: scope_text(&label.scope),
+        scope_parts: label.scope.parts().to_vec(),
+        state: StateFilter::of(&record.state).as_str(),
+        fence: record.fence,
+        created_at: record.created_at.to_rfc3339(),
+        expires_at: record.expires_at.to_rfc3339(),
+        completed_at: text(completed_at),
+        lease_until: text(lease_until),
+        unknown_since: text(unknown_since),
+        outcome: outcome_json(record),
+        key_args: key_args_json(&label),
     }
-    object.insert("outcome".into(), outcome_json(record));
-    object.insert("key_args".into(), key_args_json(&label));
-    Value::Object(object)
+}
+
+/// `value` as one line of JSON, newline included.
+pub fn json_line<T: Serialize>(value: &T) -> String {
+    // Structs of strings, numbers and JSON values always serialize.
+    serde_json::to_string(value).unwrap_or_default() + "\n"
 }
 
 /// `in progress`, `outcome unknown`, `completed`: a state as people read it.
@@ -335,7 +353,7 @@ mod tests {
                     .with("conversation", "c/9"),
             )
         };
-        let value = record_json(&key(), &completed(Some(label)));
+        let value = serde_json::to_value(record_json(&key(), &completed(Some(label)))).unwrap();
         assert_eq!(
             value,
             json!({
@@ -358,12 +376,38 @@ mod tests {
         );
     }
 
+    // pins X2: members come in a reading order, key first, the outcome after the times
+    #[test]
+    fn members_come_in_reading_order() {
+        let line = json_line(&record_json(&key(), &completed(None)));
+        let at = |member: &str| line.find(&format!("\"{member}\":")).unwrap();
+        let order = [
+            "key",
+            "tool",
+            "namespace",
+            "scope",
+            "scope_parts",
+            "state",
+            "fence",
+            "created_at",
+            "expires_at",
+            "completed_at",
+            "outcome",
+            "key_args",
+        ];
+        assert!(order.windows(2).all(|w| at(w[0]) < at(w[1])), "{line}");
+        assert!(
+            line.starts_with("{\"key\":") && line.ends_with("}\n"),
+            "{line}"
+        );
+    }
+
     // pins P4, X2: a record written before labels existed shows null/empty, not an error
     #[test]
     fn a_record_without_label_shows_empty() {
         for label in [None, Some(RecordLabel::default())] {
             let record = completed(label);
-            let value = record_json(&key(), &record);
+            let value = serde_json::to_value(record_json(&key(), &record)).unwrap();
             assert_eq!(value["tool"], Value::Null);
             assert_eq!(value["scope"], "");
             assert_eq!(value["scope_parts"], json!([]));
@@ -383,7 +427,7 @@ mod tests {
             since: at(-180_000),
         };
         record.fence = 2;
-        let value = record_json(&key(), &record);
+        let value = serde_json::to_value(record_json(&key(), &record)).unwrap();
         assert_eq!(value["state"], "outcome_unknown");
         assert_eq!(value["lease_until"], "2026-12-01T20:34:03.123Z");
         assert_eq!(value["unknown_since"], "2026-12-01T20:30:33.123Z");

@@ -7,7 +7,7 @@ use serde_json::json;
 use super::{list_query, Report};
 use crate::cli::LsArgs;
 use crate::exit::CliError;
-use crate::output::{record_json, relative, scope_text, state_words, table, tool_of};
+use crate::output::{json_line, record_json, relative, scope_text, state_words, table, tool_of};
 
 /// Hex digits of a key the table shows without `--wide`.
 const KEY_PREFIX: usize = 16;
@@ -29,8 +29,7 @@ pub(super) async fn run(engine: &Engine, args: &LsArgs) -> Result<Report, CliErr
         for found in &page.records {
             report
                 .stdout
-                .push_str(&record_json(&found.key, &found.record).to_string());
-            report.stdout.push('\n');
+                .push_str(&json_line(&record_json(&found.key, &found.record)));
         }
         if let Some(next) = &page.next {
             report.stderr = json!({ "next_cursor": next.to_string() }).to_string() + "\n";

@@ -2,12 +2,20 @@
 
 use idem_runtime::store::{PurgeOutcome, Record, RecordState, StateFilter};
 use idem_runtime::{Engine, IdempotencyKey};
-use serde_json::json;
+use serde::Serialize;
 
 use super::{list_query, parse_key, Report};
 use crate::cli::PurgeArgs;
 use crate::exit::{CliError, Exit};
-use crate::output::{record_json, records, state_words, tool_of, when};
+use crate::output::{json_line, record_json, records, state_words, tool_of, when, RecordJson};
+
+/// `purge KEY --json`: `{"key", "result", "record"}`.
+#[derive(Serialize)]
+struct PurgedJson<'a> {
+    key: &'a str,
+    result: &'static str,
+    record: Option<RecordJson>,
+}
 
 pub(super) async fn run(engine: &Engine, args: &PurgeArgs) -> Result<Report, CliError> {
     match &args.key {
@@ -30,13 +38,11 @@ async fn by_key(
     };
     let mut report = Report::default();
     if args.json {
-        report.stdout = json!({
-            "key": key.as_str(),
-            "result": result,
-            "record": record.map(|r| record_json(key, r)),
-        })
-        .to_string()
-            + "\n";
+        report.stdout = json_line(&PurgedJson {
+            key: key.as_str(),
+            result,
+            record: record.map(|r| record_json(key, r)),
+        });
     }
     match outcome {
         PurgeOutcome::Deleted(record) => {
@@ -99,8 +105,8 @@ async fn by_filters(engine: &Engine, args: &PurgeArgs) -> Result<Report, CliErro
         .await?;
     let mut report = Report::default();
     if args.json {
-        report.stdout =
-            json!({ "deleted": counts.deleted, "kept": counts.kept }).to_string() + "\n";
+        // PurgeCounts serializes as {"deleted": N, "kept": N}.
+        report.stdout = json_line(&counts);
     } else {
         report.stdout = format!("deleted {}\n", records(counts.deleted));
     }

@@ -7,7 +7,7 @@ use idem_runtime::{Engine, IdempotencyKey, StoreErrorKind};
 use super::{call_query, parse_key, Report};
 use crate::cli::ShowArgs;
 use crate::exit::CliError;
-use crate::output::{part_text, record_json, record_text, records};
+use crate::output::{json_line, part_text, record_json, record_text, records};
 
 pub(super) async fn run(engine: &Engine, args: &ShowArgs) -> Result<Report, CliError> {
     let now = engine.clock().now();
@@ -26,7 +26,7 @@ pub(super) async fn run(engine: &Engine, args: &ShowArgs) -> Result<Report, CliE
         None => by_call(engine, &call_query(&args.call)?).await?,
     };
     let stdout = if args.json {
-        record_json(&key, &record).to_string() + "\n"
+        json_line(&record_json(&key, &record))
     } else {
         record_text(&key, &record, now)
     };

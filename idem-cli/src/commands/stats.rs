@@ -1,25 +1,55 @@
 //! `idem stats`: live records by state, in total and per tool (I5).
 
+use std::collections::BTreeMap;
+
 use idem_runtime::store::StateCounts;
 use idem_runtime::Engine;
-use serde_json::{json, Map, Value};
+use serde::Serialize;
 
 use super::Report;
 use crate::cli::StatsArgs;
 use crate::exit::CliError;
-use crate::output::table;
+use crate::output::{json_line, table};
+
+/// `stats --json`: `{"total": COUNTS, "by_tool": {TOOL: COUNTS}}`.
+#[derive(Serialize)]
+struct StatsJson {
+    total: CountsJson,
+    by_tool: BTreeMap<String, CountsJson>,
+}
+
+/// `{"records", "completed", "in_progress", "outcome_unknown"}`.
+#[derive(Serialize)]
+struct CountsJson {
+    records: u64,
+    completed: u64,
+    in_progress: u64,
+    outcome_unknown: u64,
+}
+
+impl From<&StateCounts> for CountsJson {
+    fn from(counts: &StateCounts) -> Self {
+        CountsJson {
+            records: counts.total(),
+            completed: counts.completed,
+            in_progress: counts.in_progress,
+            outcome_unknown: counts.outcome_unknown,
+        }
+    }
+}
 
 pub(super) async fn run(engine: &Engine, args: &StatsArgs) -> Result<Report, CliError> {
     let now = engine.clock().now();
     let stats = engine.store().stats(now).await?;
     if args.json {
-        let by_tool: Map<String, Value> = stats
-            .by_tool
-            .iter()
-            .map(|(tool, counts)| (tool.clone(), counts_json(counts)))
-            .collect();
-        let object = json!({ "total": counts_json(&stats.total), "by_tool": by_tool });
-        return Ok(Report::out(object.to_string() + "\n"));
+        return Ok(Report::out(json_line(&StatsJson {
+            total: (&stats.total).into(),
+            by_tool: stats
+                .by_tool
+                .iter()
+                .map(|(tool, counts)| (tool.clone(), counts.into()))
+                .collect(),
+        })));
     }
     let row = |name: &str, c: &StateCounts| {
         vec![
@@ -53,14 +83,4 @@ pub(super) async fn run(engine: &Engine, args: &StatsArgs) -> Result<Report, Cli
         ],
         &rows,
     )))
-}
-
-/// `{"records", "completed", "in_progress", "outcome_unknown"}`.
-fn counts_json(counts: &StateCounts) -> Value {
-    json!({
-        "records": counts.total(),
-        "completed": counts.completed,
-        "in_progress": counts.in_progress,
-        "outcome_unknown": counts.outcome_unknown,
-    })
 }
