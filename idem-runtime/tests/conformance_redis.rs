@@ -4,7 +4,8 @@
 //! path's typed error outside a runtime, typed connect errors, corrupt records; and, on the
 //! store directly (`never_twice`), fencing tokens (F1), renewal (L1), unknown outcomes (U1),
 //! Redis's key expiry judged by the caller's and the server's clocks (G1), and records of
-//! layout 1.
+//! layouts 1 and 2; and (`index`) the label fields of the record hash and the index that
+//! serves listing, purging and counting (P1, P4, I3–I5), with `RedisStore::reindex`.
 //!
 //! The server is `IDEM_TEST_REDIS_URL` (default `redis://127.0.0.1:6379`). Every test
 //! deletes the keys under its prefix when it ends.
@@ -349,7 +350,7 @@ mod never_twice {
     const SLACK_MS: u64 = 60_000;
 
     /// A store on a fresh prefix, a raw connection to the same server, and the cleanup.
-    async fn setup() -> (RedisStore, Raw, Cleanup) {
+    pub(super) async fn setup() -> (RedisStore, Raw, Cleanup) {
         let (prefix, cleanup) = fresh_prefix();
         let store = RedisStore::connect(&redis_url())
             .await
@@ -361,10 +362,10 @@ mod never_twice {
     }
 
     /// Plain commands on the server, beside the store.
-    struct Raw(::redis::aio::MultiplexedConnection);
+    pub(super) struct Raw(::redis::aio::MultiplexedConnection);
 
     impl Raw {
-        async fn cmd<T: ::redis::FromRedisValue>(&mut self, args: &[&str]) -> T {
+        pub(super) async fn cmd<T: ::redis::FromRedisValue>(&mut self, args: &[&str]) -> T {
             let mut cmd = ::redis::cmd(args[0]);
             for arg in &args[1..] {
                 cmd.arg(*arg);
@@ -376,7 +377,7 @@ mod never_twice {
             self.cmd(&["PTTL", record]).await
         }
 
-        async fn field(&mut self, record: &str, field: &str) -> Option<String> {
+        pub(super) async fn field(&mut self, record: &str, field: &str) -> Option<String> {
             self.cmd(&["HGET", record, field]).await
         }
 
@@ -386,22 +387,22 @@ mod never_twice {
             Timestamp::from_millis(seconds * 1_000 + micros / 1_000)
         }
 
-        async fn hash(&mut self, record: &str) -> Vec<(String, String)> {
+        pub(super) async fn hash(&mut self, record: &str) -> Vec<(String, String)> {
             let mut fields: Vec<(String, String)> = self.cmd(&["HGETALL", record]).await;
             fields.sort();
             fields
         }
     }
 
-    fn key(n: u32) -> IdempotencyKey {
+    pub(super) fn key(n: u32) -> IdempotencyKey {
         IdempotencyKey::from_hex(&format!("{n:08x}").repeat(8)).unwrap()
     }
 
-    fn fp(n: u8) -> Fingerprint {
+    pub(super) fn fp(n: u8) -> Fingerprint {
         Fingerprint::from_hex(&format!("{n:02x}").repeat(32)).unwrap()
     }
 
-    fn plus(t: Timestamp, ms: u64) -> Timestamp {
+    pub(super) fn plus(t: Timestamp, ms: u64) -> Timestamp {
         t.saturating_add(Duration::from_millis(ms))
     }
 
@@ -409,11 +410,11 @@ mod never_twice {
         Timestamp::from_millis(t.as_millis() - ms)
     }
 
-    fn digits(n: u64) -> String {
+    pub(super) fn digits(n: u64) -> String {
         format!("{n:020}")
     }
 
-    async fn claim(
+    pub(super) async fn claim(
         store: &RedisStore,
         key: &IdempotencyKey,
         owner: OwnerToken,
@@ -437,7 +438,7 @@ mod never_twice {
     }
 
     /// Takes `key` over from the in-progress or unknown `seen` record at `now`.
-    async fn take_over(
+    pub(super) async fn take_over(
         store: &RedisStore,
         key: &IdempotencyKey,
         seen: &Record,
@@ -473,7 +474,7 @@ mod never_twice {
             .unwrap()
     }
 
-    async fn renew(
+    pub(super) async fn renew(
         store: &RedisStore,
         key: &IdempotencyKey,
         owner: OwnerToken,
@@ -509,11 +510,11 @@ mod never_twice {
             .unwrap()
     }
 
-    async fn read(store: &RedisStore, key: &IdempotencyKey, now: Timestamp) -> Record {
+    pub(super) async fn read(store: &RedisStore, key: &IdempotencyKey, now: Timestamp) -> Record {
         store.read(key, now).await.unwrap().expect("a live record")
     }
 
-    fn outcome() -> Envelope {
+    pub(super) fn outcome() -> Envelope {
         Envelope::encode_ok(&100u64).unwrap()
     }
 
@@ -961,13 +962,15 @@ mod never_twice {
         assert_eq!(raw.pttl(&record3).await, -1);
     }
 
-    // pins F1, S10: records written by a build of layout 1 (no fence, no unknown state) are
-    // found, replayed and written by this build (fence 1, migrated to layout 2 as they are
-    // written); a record of a newer layout is refused with a typed error and left untouched
+    // pins F1, S10, P4: records written by a build of layout 1 (no fence, no unknown state)
+    // or layout 2 (no label) are found, replayed and written by this build (layout 1 reads
+    // with fence 1 and becomes layout 2 when renewed, marked or completed; claims over them
+    // and takeovers write layout 3 with the label; both read with no label); a record of a
+    // newer layout is refused with a typed error and left untouched
     #[tokio::test]
-    async fn layout_1_records_are_found_and_migrated_in_place() {
+    async fn layout_1_and_2_records_are_found_and_migrated_in_place() {
         let (store, mut raw, _cleanup) = setup().await;
-        assert_eq!(REDIS_LAYOUT_VERSION, 2);
+        assert_eq!(REDIS_LAYOUT_VERSION, 3);
         let t0 = Timestamp::from_millis(9_000_000);
         let owner = OwnerToken::random();
         let fingerprint = fp(1);
@@ -1045,8 +1048,9 @@ mod never_twice {
             Some("1"),
             "a read writes nothing"
         );
-        // Written in place: layout 2, fence 1 (renew, mark unknown, complete) or the
-        // taker's fence (take over).
+        assert_eq!(in_progress.label, None, "written before labels existed");
+        // Written in place: layout 2, fence 1 (renew, mark unknown, complete); layout 3 with
+        // the taker's fence and the label (take over).
         assert!(renew(&store, &key(20), owner, t0, plus(t0, 2_000)).await);
         assert!(mark_unknown(&store, &key(21), owner, t0, t0).await);
         assert_eq!(
@@ -1058,14 +1062,20 @@ mod never_twice {
         );
         let seen = read(&store, &key(23), t0).await;
         assert!(take_over(&store, &key(23), &seen, OwnerToken::random(), t0, 2).await);
-        for (n, fence) in [(20, 1), (21, 1), (22, 1), (23, 2)] {
+        for (n, fence, layout) in [(20, 1, "2"), (21, 1, "2"), (22, 1, "2"), (23, 2, "3")] {
             let record = store.record_key(&key(n));
-            assert_eq!(raw.field(&record, "v").await.as_deref(), Some("2"), "{n}");
+            assert_eq!(
+                raw.field(&record, "v").await.as_deref(),
+                Some(layout),
+                "{n}"
+            );
             assert_eq!(
                 raw.field(&record, "fence").await,
                 Some(digits(fence)),
                 "{n}"
             );
+            let label = read(&store, &key(n), t0).await.label;
+            assert_eq!(label.is_some(), layout == "3", "{n}: {label:?}");
             assert_eq!(read(&store, &key(n), t0).await.fence, fence, "{n}");
         }
         // Released as before; claimed over once expired, with the next fence.
@@ -1075,6 +1085,85 @@ mod never_twice {
             claim(&store, &key(25), OwnerToken::random(), later, 100, 10_000).await,
             Claim::Acquired { fence: 2 }
         );
+        assert_eq!(
+            read(&store, &key(25), later).await.label.as_ref(),
+            Some(&*super::LABEL)
+        );
+        // Layout 2 (fence, unknown outcomes, no label): an in-progress record, a completed
+        // one, an unknown outcome.
+        let layout_2 = |n: u32, fence: u64, state: &[(&'static str, String)]| {
+            let mut fields = vec![
+                ("v", "2".to_owned()),
+                ("fingerprint", fingerprint.as_str().to_owned()),
+                ("created_at", created_at.clone()),
+                ("expires_at", expires_at.clone()),
+                ("fence", digits(fence)),
+            ];
+            fields.extend_from_slice(state);
+            (store.record_key(&key(n)), fields)
+        };
+        let running = [
+            ("owner", owner.to_hex()),
+            ("lease_until", lease_until.clone()),
+        ];
+        let unknown = [
+            ("owner", owner.to_hex()),
+            ("lease_until", lease_until.clone()),
+            ("unknown_since", created_at.clone()),
+        ];
+        let completed = [
+            ("outcome", outcome_text.clone()),
+            ("completed_at", digits(t0.as_millis() + 5)),
+        ];
+        for (record, fields) in [
+            layout_2(30, 5, &running),
+            layout_2(31, 3, &completed),
+            layout_2(32, 4, &unknown),
+        ] {
+            let mut args = vec!["HSET", record.as_str()];
+            for (name, value) in &fields {
+                args.extend([*name, value.as_str()]);
+            }
+            let _: i64 = raw.cmd(&args).await;
+        }
+        let running_2 = read(&store, &key(30), t0).await;
+        assert_eq!((running_2.fence, running_2.label), (5, None));
+        match claim(&store, &key(31), OwnerToken::random(), t0, 100, 10_000).await {
+            Claim::Existing(Record {
+                fence: 3,
+                state: RecordState::Completed { outcome, .. },
+                label: None,
+                ..
+            }) => assert_eq!(outcome.as_str(), outcome_text),
+            other => panic!("expected the completed layout-2 record, got {other:?}"),
+        }
+        assert!(renew(&store, &key(30), owner, t0, plus(t0, 3_000)).await);
+        let renewed = store.record_key(&key(30));
+        assert_eq!(raw.field(&renewed, "v").await.as_deref(), Some("2"));
+        assert_eq!(
+            raw.field(&renewed, "tool").await,
+            None,
+            "a renewal writes no label"
+        );
+        let seen = read(&store, &key(32), t0).await;
+        assert!(take_over(&store, &key(32), &seen, OwnerToken::random(), t0, 5).await);
+        let taken = store.record_key(&key(32));
+        assert_eq!(raw.field(&taken, "v").await.as_deref(), Some("3"));
+        assert_eq!(raw.field(&taken, "unknown_since").await, None);
+        let taken = read(&store, &key(32), t0).await;
+        assert_eq!(
+            (taken.fence, taken.label.as_ref()),
+            (5, Some(&*super::LABEL))
+        );
+        assert_eq!(
+            claim(&store, &key(31), OwnerToken::random(), later, 100, 10_000).await,
+            Claim::Acquired { fence: 4 },
+            "a claim over an expired layout-2 record continues its fence"
+        );
+        assert_eq!(
+            raw.field(&store.record_key(&key(31)), "v").await.as_deref(),
+            Some("3")
+        );
         // A record of a newer layout: every operation refuses it, typed, and changes nothing.
         let newer = store.record_key(&key(27));
         let _: i64 = raw
@@ -1082,7 +1171,7 @@ mod never_twice {
                 "HSET",
                 &newer,
                 "v",
-                "3",
+                "4",
                 "fingerprint",
                 fingerprint.as_str(),
                 "expires_at",
@@ -1163,7 +1252,7 @@ mod never_twice {
             let error = result.expect_err("a newer layout is refused");
             assert_eq!(error.kind, StoreErrorKind::Corrupt, "{n}: {error}");
             assert!(error.message.contains(&newer), "{n}: {error}");
-            assert!(error.message.contains("layout version 3"), "{n}: {error}");
+            assert!(error.message.contains("layout version 4"), "{n}: {error}");
         }
         assert_eq!(raw.hash(&newer).await, hash, "left untouched");
         // An expired record whose fence is not a number is not claimed over (F1 cannot
@@ -1204,5 +1293,385 @@ mod never_twice {
         assert_eq!(error.kind, StoreErrorKind::Corrupt, "{error}");
         assert!(error.message.contains("fence"), "{error}");
         assert_eq!(raw.field(&bad, "fence").await.as_deref(), Some("x"));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Labels in the record hash and the index that serves list, purge and stats (P1, P4,
+// I3–I5), on the store directly.
+// ---------------------------------------------------------------------------------------
+
+mod index {
+    use idem_runtime::store::{
+        Claim, ClaimRequest, ListQuery, OwnerToken, PurgeOutcome, RecordState, StateFilter,
+    };
+    use idem_runtime::{IdempotencyKey, RecordLabel, RedisStore, ScopePath, Store, Timestamp};
+
+    use super::never_twice::{claim, digits, fp, key, outcome, plus, read, setup, take_over, Raw};
+
+    /// Claims `key` at `now` with `label` (lease 1 s, TTL 10 s).
+    async fn claim_labelled(
+        store: &RedisStore,
+        key: &IdempotencyKey,
+        now: Timestamp,
+        label: &RecordLabel,
+    ) -> OwnerToken {
+        let (owner, fingerprint) = (OwnerToken::random(), fp(1));
+        let claim = store
+            .claim(ClaimRequest {
+                key,
+                fingerprint: &fingerprint,
+                owner,
+                now,
+                lease_until: plus(now, 1_000),
+                expires_at: plus(now, 10_000),
+                label,
+            })
+            .await
+            .unwrap();
+        assert!(matches!(claim, Claim::Acquired { .. }), "{claim:?}");
+        owner
+    }
+
+    async fn score(raw: &mut Raw, set: &str, key: &IdempotencyKey) -> Option<u64> {
+        let score: Option<String> = raw.cmd(&["ZSCORE", set, key.as_str()]).await;
+        score.map(|s| s.parse().unwrap())
+    }
+
+    async fn tools(raw: &mut Raw, store: &RedisStore) -> Vec<String> {
+        let mut tools: Vec<String> = raw
+            .cmd(&["SMEMBERS", &format!("{}:tools", store.index_key())])
+            .await;
+        tools.sort();
+        tools
+    }
+
+    fn conversation(id: &str) -> ScopePath {
+        ScopePath::new().with("conversation", id)
+    }
+
+    // pins P1, I3, I4: a claim writes the label fields (namespace and key_args only when
+    // present) and indexes the key in the prefix's set and its tool's set, scored by
+    // created_at; a takeover re-scores it; a release and a purge remove it; one page of a
+    // listing and one purge are one round trip each
+    #[tokio::test]
+    async fn claims_write_the_label_and_index_the_record() {
+        let (store, mut raw, _cleanup) = setup().await;
+        let t0 = Timestamp::from_millis(5_000_000);
+        let index = store.index_key();
+        assert_eq!(index, format!("{}index", store.prefix()));
+        let plain = RecordLabel::new("send_refund", conversation("c/1"));
+        let owner = claim_labelled(&store, &key(1), t0, &plain).await;
+        let record = store.record_key(&key(1));
+        assert_eq!(raw.field(&record, "v").await.as_deref(), Some("3"));
+        assert_eq!(
+            raw.field(&record, "tool").await.as_deref(),
+            Some("send_refund")
+        );
+        assert_eq!(
+            raw.field(&record, "scope").await.as_deref(),
+            Some("conversation=c%2F1")
+        );
+        assert_eq!(raw.field(&record, "namespace").await, None);
+        assert_eq!(raw.field(&record, "key_args").await, None);
+        let odd_tool = "a:b/é";
+        let full = RecordLabel {
+            namespace: Some("tenant-a".to_owned()),
+            key_args: Some(r#"{"order":1}"#.to_owned()),
+            ..RecordLabel::new(odd_tool, ScopePath::new())
+        };
+        claim_labelled(&store, &key(2), plus(t0, 1), &full).await;
+        assert_eq!(read(&store, &key(2), t0).await.label, Some(full.clone()));
+        assert_eq!(
+            raw.field(&store.record_key(&key(2)), "scope")
+                .await
+                .as_deref(),
+            Some(""),
+            "global: an empty scope"
+        );
+
+        let refunds = store.tool_index_key("send_refund");
+        let odd = store.tool_index_key(odd_tool);
+        assert_eq!(odd, format!("{index}:tool:613a622fc3a9"), "the tool in hex");
+        assert_eq!(score(&mut raw, &index, &key(1)).await, Some(t0.as_millis()));
+        assert_eq!(
+            score(&mut raw, &refunds, &key(1)).await,
+            Some(t0.as_millis())
+        );
+        assert_eq!(
+            score(&mut raw, &odd, &key(2)).await,
+            Some(t0.as_millis() + 1)
+        );
+        assert_eq!(score(&mut raw, &refunds, &key(2)).await, None);
+        assert_eq!(tools(&mut raw, &store).await, [odd_tool, "send_refund"]);
+
+        // A takeover re-scores the record (its created_at is the takeover's now), and moves
+        // it to the set of the tool it writes (here the suite's label, `conformance`).
+        let seen = read(&store, &key(1), t0).await;
+        let t1 = plus(t0, 5_000);
+        assert!(take_over(&store, &key(1), &seen, OwnerToken::random(), t1, 2).await);
+        assert_eq!(score(&mut raw, &index, &key(1)).await, Some(t1.as_millis()));
+        assert_eq!(score(&mut raw, &refunds, &key(1)).await, None);
+        let conformance = store.tool_index_key("conformance");
+        assert_eq!(
+            score(&mut raw, &conformance, &key(1)).await,
+            Some(t1.as_millis())
+        );
+        assert!(!store.release(&key(1), owner).await.unwrap(), "fenced");
+
+        // A release removes the members.
+        let released = claim_labelled(&store, &key(3), t1, &plain).await;
+        assert_eq!(score(&mut raw, &index, &key(3)).await, Some(t1.as_millis()));
+        assert!(store.release(&key(3), released).await.unwrap());
+        assert_eq!(score(&mut raw, &index, &key(3)).await, None);
+        assert_eq!(score(&mut raw, &refunds, &key(3)).await, None);
+
+        // Listing by tool reads that tool's set: one round trip for a small page.
+        let by_tool = ListQuery::new().tool(odd_tool);
+        store.list(&by_tool, t1).await.unwrap(); // loads the script
+        let before = store.round_trips().unwrap();
+        let page = store.list(&by_tool, t1).await.unwrap();
+        assert_eq!(store.round_trips().unwrap() - before, 1);
+        assert_eq!(page.records.len(), 1);
+        assert_eq!(page.records[0].key, key(2));
+
+        // Purge: kept without force (in progress), deleted with it; members removed, and
+        // the tool without records leaves the registry.
+        assert!(matches!(
+            store.purge(&key(2), false, t1).await.unwrap(),
+            PurgeOutcome::Kept(_)
+        ));
+        let before = store.round_trips().unwrap();
+        let purged = store.purge(&key(2), true, t1).await.unwrap();
+        assert_eq!(store.round_trips().unwrap() - before, 1);
+        assert!(
+            matches!(purged, PurgeOutcome::Deleted(ref r) if r.label == Some(full.clone())),
+            "{purged:?}"
+        );
+        assert_eq!(score(&mut raw, &index, &key(2)).await, None);
+        assert_eq!(score(&mut raw, &odd, &key(2)).await, None);
+        assert_eq!(tools(&mut raw, &store).await, ["conformance"]);
+
+        // A completed record is purged without force; an expired one is left to Redis's
+        // expiry (absent, G1), keeping its fence for the next claim (F1).
+        let t2 = plus(t1, 1);
+        let done = claim_labelled(&store, &key(4), t2, &plain).await;
+        store.complete(&key(4), done, &outcome(), t2).await.unwrap();
+        assert!(matches!(
+            store.purge(&key(4), false, t2).await.unwrap(),
+            PurgeOutcome::Deleted(ref r) if matches!(r.state, RecordState::Completed { .. })
+        ));
+        let expired = plus(t1, 10_000);
+        assert_eq!(
+            store.purge(&key(1), true, expired).await.unwrap(),
+            PurgeOutcome::Absent
+        );
+        assert_eq!(
+            raw.field(&store.record_key(&key(1)), "fence").await,
+            Some(digits(2))
+        );
+    }
+
+    // pins I3: a member whose record Redis deleted (its key expired) is forgotten, from the
+    // prefix's set and its tool's, by the listing that meets it, and by the sweep of later
+    // claims when no listing does
+    #[tokio::test]
+    async fn members_of_records_redis_deleted_are_forgotten() {
+        let (store, mut raw, _cleanup) = setup().await;
+        let t0 = Timestamp::from_millis(7_000_000);
+        let label = RecordLabel::new("send_refund", conversation("c-1"));
+        let (index, refunds) = (store.index_key(), store.tool_index_key("send_refund"));
+        for n in 1..=4 {
+            claim_labelled(&store, &key(n), plus(t0, n.into()), &label).await;
+        }
+        for n in [1, 2] {
+            let _: i64 = raw.cmd(&["DEL", &store.record_key(&key(n))]).await;
+        }
+        let page = store.list(&ListQuery::new(), t0).await.unwrap();
+        let listed: Vec<_> = page.records.iter().map(|r| r.key.clone()).collect();
+        assert_eq!(listed, [key(4), key(3)]);
+        for n in [1, 2] {
+            assert_eq!(score(&mut raw, &index, &key(n)).await, None, "{n}");
+            assert_eq!(score(&mut raw, &refunds, &key(n)).await, None, "{n}");
+        }
+
+        // No listing: the claims that follow sweep the index.
+        for n in [3, 4] {
+            let _: i64 = raw.cmd(&["DEL", &store.record_key(&key(n))]).await;
+        }
+        let mut claims = 0;
+        while score(&mut raw, &index, &key(3)).await.is_some()
+            || score(&mut raw, &index, &key(4)).await.is_some()
+        {
+            claims += 1;
+            assert!(claims <= 10, "the sweep never reached the deleted records");
+            claim_labelled(&store, &key(100 + claims), plus(t0, 10), &label).await;
+        }
+        for n in [3, 4] {
+            assert_eq!(score(&mut raw, &refunds, &key(n)).await, None, "{n}");
+        }
+        let zcard: u64 = raw.cmd(&["ZCARD", &index]).await;
+        assert_eq!(zcard, u64::from(claims), "only the live records remain");
+    }
+
+    // pins I3: records created in the same millisecond, more than a batch of them, page in
+    // key order, each once, with and without a selective filter
+    #[tokio::test]
+    async fn records_of_one_millisecond_page_by_key() {
+        let (store, _raw, _cleanup) = setup().await;
+        let t0 = Timestamp::from_millis(8_000_000);
+        let mut all = Vec::new();
+        for n in 0..250u32 {
+            let conv = if n % 5 == 0 { "c-rare" } else { "c-1" };
+            let label = RecordLabel::new("send_refund", conversation(conv));
+            claim_labelled(&store, &key(1_000 + n), t0, &label).await;
+            all.push((key(1_000 + n), conv));
+        }
+        all.sort_by(|a, b| b.0.cmp(&a.0));
+        for (query, wanted) in [
+            (ListQuery::new().limit(7), all.clone()),
+            (
+                ListQuery::new().scope(conversation("c-rare")).limit(3),
+                all.iter()
+                    .filter(|(_, c)| *c == "c-rare")
+                    .cloned()
+                    .collect(),
+            ),
+        ] {
+            let mut seen = Vec::new();
+            let mut query = query;
+            loop {
+                let page = store.list(&query, t0).await.unwrap();
+                seen.extend(page.records.iter().map(|r| r.key.clone()));
+                match page.next {
+                    Some(cursor) => query = query.after(cursor),
+                    None => break,
+                }
+            }
+            let wanted: Vec<_> = wanted.into_iter().map(|(k, _)| k).collect();
+            assert_eq!(seen, wanted);
+        }
+        let stats = store.stats(t0).await.unwrap();
+        assert_eq!(stats.total.in_progress, 250);
+        let rare = ListQuery::new().scope(conversation("c-rare"));
+        let counts = store.purge_matching(&rare, true, t0).await.unwrap();
+        assert_eq!((counts.deleted, counts.kept), (50, 0));
+        assert_eq!(store.stats(t0).await.unwrap().total.in_progress, 200);
+    }
+
+    // pins P4, I3, I5: records written before the index existed (layouts 1 and 2) replay but
+    // are not listed or counted until `reindex` adds them; then they list and count with no
+    // label (tool ""); a second reindex adds nothing; keys that are not records are skipped
+    #[tokio::test]
+    async fn records_of_older_layouts_are_listed_after_reindex() {
+        let (store, mut raw, _cleanup) = setup().await;
+        let t0 = Timestamp::from_millis(6_000_000);
+        let fingerprint = fp(1);
+        let (created_at, expires_at) = (digits(t0.as_millis()), digits(t0.as_millis() + 10_000));
+        let owner = OwnerToken::random();
+        let _: i64 = raw
+            .cmd(&[
+                "HSET",
+                &store.record_key(&key(40)),
+                "v",
+                "1",
+                "fingerprint",
+                fingerprint.as_str(),
+                "created_at",
+                &created_at,
+                "expires_at",
+                &expires_at,
+                "outcome",
+                outcome().as_str(),
+                "completed_at",
+                &created_at,
+            ])
+            .await;
+        let _: i64 = raw
+            .cmd(&[
+                "HSET",
+                &store.record_key(&key(41)),
+                "v",
+                "2",
+                "fingerprint",
+                fingerprint.as_str(),
+                "created_at",
+                &digits(t0.as_millis() + 1),
+                "expires_at",
+                &expires_at,
+                "owner",
+                &owner.to_hex(),
+                "lease_until",
+                &expires_at,
+                "fence",
+                &digits(3),
+            ])
+            .await;
+        let _: () = raw
+            .cmd(&["SET", &format!("{}rec:not-a-key", store.prefix()), "x"])
+            .await;
+        claim(
+            &store,
+            &key(42),
+            OwnerToken::random(),
+            plus(t0, 2),
+            1_000,
+            10_000,
+        )
+        .await;
+        let listed = |store: &RedisStore, query: ListQuery| {
+            let store = store.clone();
+            async move {
+                let page = store.list(&query, t0).await.unwrap();
+                page.records
+                    .into_iter()
+                    .map(|r| (r.key, r.record.label.map(|l| l.tool)))
+                    .collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(
+            listed(&store, ListQuery::new()).await,
+            [(key(42), Some("conformance".to_owned()))]
+        );
+        assert_eq!(store.stats(t0).await.unwrap().total.total(), 1);
+        assert!(matches!(
+            claim(&store, &key(40), OwnerToken::random(), t0, 1_000, 10_000).await,
+            Claim::Existing(_)
+        ));
+
+        assert_eq!(store.reindex().await.unwrap(), 2);
+        assert_eq!(store.reindex().await.unwrap(), 0, "nothing more to add");
+        assert_eq!(
+            listed(&store, ListQuery::new()).await,
+            [
+                (key(42), Some("conformance".to_owned())),
+                (key(41), None),
+                (key(40), None)
+            ]
+        );
+        assert_eq!(
+            listed(&store, ListQuery::new().tool("")).await,
+            [(key(41), None), (key(40), None)]
+        );
+        assert_eq!(
+            listed(&store, ListQuery::new().state(StateFilter::InProgress))
+                .await
+                .len(),
+            2
+        );
+        let stats = store.stats(t0).await.unwrap();
+        assert_eq!(stats.total.total(), 3);
+        assert_eq!(stats.by_tool[""].completed, 1);
+        assert_eq!(stats.by_tool[""].in_progress, 1);
+        // Purged like any other record: the members go with it.
+        assert!(matches!(
+            store.purge(&key(40), false, t0).await.unwrap(),
+            PurgeOutcome::Deleted(ref r) if r.label.is_none() && r.fence == 1
+        ));
+        assert_eq!(score(&mut raw, &store.index_key(), &key(40)).await, None);
+        assert_eq!(
+            score(&mut raw, &store.tool_index_key(""), &key(40)).await,
+            None
+        );
     }
 }

@@ -494,11 +494,16 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// One round trip is, per backend:
     ///
     /// - **Redis**: one command sent on the connection and its reply. An operation is one
-    ///   `EVALSHA` (a read one `HMGET`); when the server does not know the script yet
-    ///   (`NOSCRIPT`, after a restart or `SCRIPT FLUSH`) the store sends `SCRIPT LOAD` and
-    ///   the `EVALSHA` again: 3 round trips. A command that fails because the server cannot
-    ///   be reached counts too (it was attempted). Commands run *inside* a script on the
-    ///   server are not round trips. Connecting (and reconnecting) is not counted.
+    ///   `EVALSHA` (a read one `HMGET`, a purge one `EVALSHA`); when the server does not know
+    ///   the script yet (`NOSCRIPT`, after a restart or `SCRIPT FLUSH`) the store sends
+    ///   `SCRIPT LOAD` and the `EVALSHA` again: 3 round trips. A listing is one `EVALSHA` per
+    ///   batch of `max(limit + 1, 100)` index members it reads (one for a page that the
+    ///   first batch fills); a purge by filter one per 1000 members read plus one per
+    ///   matching record; counts one per 1000 indexed records; `RedisStore::reindex` one per
+    ///   `SCAN` call plus one `EVALSHA` per reply that names records. A command that fails
+    ///   because the server cannot be reached counts too (it was attempted). Commands run
+    ///   *inside* a script on the server are not round trips. Connecting (and reconnecting)
+    ///   is not counted.
     /// - **PostgreSQL**: one statement exchange with the server (bind/execute/sync of a
     ///   prepared statement, or one simple-query batch), plus one for preparing a statement
     ///   the pooled connection has not prepared yet (each statement is prepared once per

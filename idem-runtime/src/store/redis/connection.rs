@@ -71,9 +71,9 @@ pub(super) fn config() -> ConnectionManagerConfig {
 }
 
 impl RedisStore {
-    /// Runs one script invocation on the connection: `EVALSHA`, and on `NOSCRIPT`
-    /// `SCRIPT LOAD` and `EVALSHA` again, counting each command sent as a round trip.
-    /// `what` names the operation in errors.
+    /// Runs one record script on the connection (`KEYS`: the record, the prefix's index):
+    /// `EVALSHA`, and on `NOSCRIPT` `SCRIPT LOAD` and `EVALSHA` again, counting each command
+    /// sent as a round trip. `what` names the operation in errors.
     pub(super) fn eval(
         &self,
         what: &'static str,
@@ -81,14 +81,26 @@ impl RedisStore {
         key: &IdempotencyKey,
         args: Vec<String>,
     ) -> impl Future<Output = Result<Value, StoreError>> + Send + 'static {
+        let keys = vec![self.record_key(key), self.index_key()];
+        self.eval_on(script, keys, args, self.failure(what, key))
+    }
+
+    /// Runs one script with `keys` as `KEYS` (as [`eval`](Self::eval)); `fail` names what
+    /// failed.
+    pub(super) fn eval_on(
+        &self,
+        script: &'static Script,
+        keys: Vec<String>,
+        args: Vec<String>,
+        fail: Failure,
+    ) -> impl Future<Output = Result<Value, StoreError>> + Send + 'static {
         let mut conn = self.conn.clone();
         let round_trips = Arc::clone(&self.round_trips);
-        let fail = self.failure(what, key);
         let mut evalsha = redis::cmd("EVALSHA");
         evalsha
             .arg(script.get_hash())
-            .arg(1)
-            .arg(self.record_key(key))
+            .arg(keys.len())
+            .arg(keys)
             .arg(args);
         async move {
             match send(&mut conn, &evalsha, &round_trips).await {
@@ -107,22 +119,30 @@ impl RedisStore {
         }
     }
 
+    /// Sends one plain command (one round trip); `fail` names what failed.
+    pub(super) fn command(
+        &self,
+        cmd: redis::Cmd,
+        fail: Failure,
+    ) -> impl Future<Output = Result<Value, StoreError>> + Send + 'static {
+        let mut conn = self.conn.clone();
+        let round_trips = Arc::clone(&self.round_trips);
+        async move {
+            send(&mut conn, &cmd, &round_trips)
+                .await
+                .map_err(|e| fail.error(e))
+        }
+    }
+
     /// Reads `key`'s record fields: one `HMGET` of `fields`.
     pub(super) fn hmget(
         &self,
         key: &IdempotencyKey,
         fields: &[&str],
     ) -> impl Future<Output = Result<Value, StoreError>> + Send + 'static {
-        let mut conn = self.conn.clone();
-        let round_trips = Arc::clone(&self.round_trips);
-        let fail = self.failure("read", key);
         let mut cmd = redis::cmd("HMGET");
         cmd.arg(self.record_key(key)).arg(fields);
-        async move {
-            send(&mut conn, &cmd, &round_trips)
-                .await
-                .map_err(|e| fail.error(e))
-        }
+        self.command(cmd, self.failure("read", key))
     }
 
     /// Runs `op`, failing with [`StoreErrorKind::Unsupported`] outside a tokio runtime.
@@ -172,19 +192,25 @@ impl RedisStore {
     }
 
     fn failure(&self, what: &'static str, key: &IdempotencyKey) -> Failure {
+        self.failure_at(what, format!("record {}", self.record_key(key)))
+    }
+
+    /// What to name when `what` fails on `subject` (`record <key>`, `index <key>`, …).
+    pub(super) fn failure_at(&self, what: &'static str, subject: String) -> Failure {
         Failure {
             what,
             url: self.url.clone(),
-            record: self.record_key(key),
+            subject,
         }
     }
 }
 
-/// What to name in the error of a failed command: the operation, the server, the record.
-struct Failure {
+/// What to name in the error of a failed command: the operation, the server, the record (or
+/// index) it was about.
+pub(super) struct Failure {
     what: &'static str,
     url: String,
-    record: String,
+    subject: String,
 }
 
 impl Failure {
@@ -193,20 +219,20 @@ impl Failure {
     /// which no retry can fix, is [`StoreErrorKind::Corrupt`]; anything else (connection
     /// lost, timeout, server busy) is [`StoreErrorKind::Unavailable`].
     fn error(&self, e: redis::RedisError) -> StoreError {
-        let (what, url, record) = (self.what, &self.url, &self.record);
+        let (what, url, subject) = (self.what, &self.url, &self.subject);
         match e.code() {
             Some(CORRUPT_CODE) => StoreError::new(
                 BACKEND,
                 StoreErrorKind::Corrupt,
                 format!(
-                    "{what} on {url}: record {record}: {}",
+                    "{what} on {url}: {subject}: {}",
                     e.detail().unwrap_or_default()
                 ),
             ),
             Some("WRONGTYPE") => StoreError::new(
                 BACKEND,
                 StoreErrorKind::Corrupt,
-                format!("{what} on {url}: record {record}: {e}"),
+                format!("{what} on {url}: {subject}: {e}"),
             ),
             _ => StoreError::new(
                 BACKEND,

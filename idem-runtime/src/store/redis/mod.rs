@@ -23,67 +23,146 @@
 //! | `unknown_since` | no          | yes     | no        | ms: outcome unknown since (U1)  |
 //! | `outcome`       | no          | no      | yes       | the envelope JSON (S11)         |
 //! | `completed_at`  | no          | no      | yes       | ms                              |
+//! | `tool`          | yes         | yes     | yes       | the tool's name (P1)            |
+//! | `scope`         | yes         | yes     | yes       | scope path text, `""`: global   |
+//! | `namespace`     | if any      | if any  | if any    | the engine's namespace (K11)    |
+//! | `key_args`      | if audited  | if audited | if audited | canonical key arguments (P2) |
 //!
 //! Every instant and fence is written as exactly 20 decimal digits (zero-padded `u64`), so
 //! the Lua scripts compare instants and increment fences as equal-length strings: exact
 //! over the whole `u64` range, where Lua's floating-point numbers would round above 2^53.
+//! The scope is the text form of [`ScopePath`](crate::label::ScopePath) (`kind=value`
+//! parts joined by `/`, with `%`, `/` and `=` in values percent-encoded); `namespace` and
+//! `key_args` are absent when the label has none (P1, P2).
+//!
+//! ## Layouts (P4)
 //!
 //! Layout 1 (before fencing tokens and unknown outcomes) had no `fence` and no
-//! `unknown_since`. This build reads a layout-1 record as fence 1; a renewal, a marking as
-//! unknown or a completion of one first makes it layout 2 with fence 1, a takeover writes
-//! layout 2 with the taker's fence, and a claim over an expired layout-1 record gets fence
-//! 2. So old records are migrated in place as they are written, and no other migration is
-//! needed. A record of a layout this build does not know (one a newer build wrote) is
-//! refused by every operation with
+//! `unknown_since`; layout 2 (before labels) had no `tool`, `scope`, `namespace` nor
+//! `key_args`, and was not indexed. This build reads both, with no label
+//! (`Record::label` is `None`); a layout-1 record reads as fence 1. A renewal, a marking as
+//! unknown or a completion of a layout-1 record first makes it layout 2 with fence 1 (and
+//! leaves a layout-2 record at layout 2); a takeover writes layout 3 with the taker's fence
+//! and label, and a claim over an expired record of either layout gets the next fence
+//! (2 over layout 1) and writes layout 3. So old records keep replaying and are migrated in
+//! place as they are claimed or taken over; records written before the index existed are
+//! not listed nor counted until then, or until [`RedisStore::reindex`] adds them (run it
+//! once after the upgrade). A record of a layout this build does not know (one a newer
+//! build wrote) is refused by every operation with
 //! [`StoreErrorKind::Corrupt`](crate::StoreErrorKind::Corrupt) and left untouched. Upgrade
-//! every process sharing a prefix together: a build from before layout 2 cannot read
-//! layout-2 records (it fails closed), but it would write a layout-1 record, restarting the
-//! fence at 1, when it claims over an expired one.
+//! every process sharing a prefix together: a build of an earlier layout cannot read
+//! records of a later one (it fails closed), but a build from before layout 2 would write
+//! a layout-1 record, restarting the fence at 1, when it claims over an expired one, and a
+//! build from before layout 3 would write records the index does not list.
+//!
+//! ## The index (I3)
+//!
+//! | key                             | type       | members                                   |
+//! |---------------------------------|------------|-------------------------------------------|
+//! | `<prefix>index`                 | sorted set | every indexed record's key, score `created_at` |
+//! | `<prefix>index:tool:<hex>`      | sorted set | the same, for one tool                    |
+//! | `<prefix>index:tools`           | set        | the tool names that have a set            |
+//! | `<prefix>index:sweep`           | string     | the sweep's position in `<prefix>index`   |
+//!
+//! `<hex>` is the tool name's UTF-8 bytes in lower-case hex ([`RedisStore::tool_index_key`];
+//! records without a label are under the tool `""`, whose set is `<prefix>index:tool:`),
+//! so that no tool name can spell another key: the names stay apart from every prefix's
+//! records and index. The claim and takeover scripts add the key to both sets (a takeover
+//! re-scores it: `created_at` is the takeover's `now`) in the same atomic step that writes
+//! the record; release and purge remove it in theirs. Scores are doubles: exact for
+//! `created_at` below 2^53 ms (the year 287 000); the listing then filters on the record's
+//! own `created_at`, exactly.
+//!
+//! When Redis deletes an expired record (its own key expiry, G1), its members stay behind
+//! until something meets them: a listing, a purge by filter or a count forgets every member
+//! whose record is gone that its batches read, and every claim that acquires a key checks
+//! two members of `<prefix>index`, from a position that rotates through the set, and
+//! forgets those whose record is gone. So the index holds the records Redis holds plus,
+//! at most, those deleted since the sweep last passed: it does not grow without bound in
+//! a deployment that never lists. Forgetting a member removes it from every tool's set (the
+//! tool of a deleted record is not known): O(tools).
+//!
+//! The scripts derive the index keys from `<prefix>index` and read records of other keys
+//! (the sweep, the listing): the store needs one Redis server (or primary), not Redis
+//! Cluster.
 //!
 //! # Operations (S2, S6, S8, F1, L1, U1)
 //!
 //! Every operation but a read is one Lua script, run with `EVALSHA`:
 //!
 //! - claim: if the hash is absent or its `expires_at <= now`, write a new in-progress
-//!   record, with fence 1 if there was no hash and the expired record's fence + 1 if there
-//!   was, and answer the fence; otherwise answer the live record.
+//!   record with its label, with fence 1 if there was no hash and the expired record's
+//!   fence + 1 if there was, index it, sweep two index members, and answer the fence;
+//!   otherwise answer the live record.
 //! - take over: compare-and-set on the owner and the lease deadline that were read, of a
 //!   live record in progress or with an unknown outcome; writes the new owner, lease,
-//!   `created_at`, expiry and the caller's fence.
+//!   `created_at`, expiry, the caller's fence and label, and re-scores the index members.
 //! - renew, mark unknown, complete: compare-and-set on the owner of a live in-progress
 //!   record. Renew sets the lease deadline; mark unknown adds `unknown_since` (keeping the
 //!   owner and lease); complete replaces owner and lease with the outcome.
-//! - release: compare-and-delete on the owner of an in-progress record.
+//! - release: compare-and-delete on the owner of an in-progress record, and its members.
 //! - read: one `HMGET`.
+//! - purge (I4): one script: absent (or expired: left to Redis's expiry, so G1 holds and the
+//!   next claim continues the fence) → `Absent`; not completed and no `force` → `Kept`;
+//!   else delete the record and its members → `Deleted` with the record as it was.
 //!
 //! Expiry is always decided by comparing `expires_at` with the engine's `now` passed in,
 //! never with the server's clock.
 //!
 //! # Garbage collection (G1)
 //!
-//! Redis's own key expiry collects garbage; nothing else deletes a record but a release. A
-//! claim, takeover or renewal sets the key's time to live so that Redis keeps the record
-//! until its garbage deadline, the later of `expires_at` and `lease_until`, plus
-//! [`GC_MARGIN_MS`], has passed **both** by the writing caller's clock (`now`) **and** by the
-//! server's clock (`TIME`, read inside the script): `max(deadline − now,
-//! deadline − server time, 0) + GC_MARGIN_MS` ms. A caller whose clock runs a year ahead
-//! therefore cannot make Redis delete anything early, and a caller whose clock runs behind
-//! cannot either. A renewal only ever lengthens the time to live (it covers the new lease);
-//! marking the outcome unknown and completing keep it. A record whose garbage deadline lies
-//! more than [`GC_MAX_MS`] ahead is kept without a Redis expiry. No operation changes the
-//! time to live of a record its caller does not own, and a caller's claims of other keys
-//! touch only those keys. A live record is never evicted by idem; configure the server with
-//! a `noeviction` (or `volatile-*`-free) `maxmemory-policy` so that Redis does not evict it
-//! either.
+//! Redis's own key expiry collects garbage; nothing else deletes a record but a release or
+//! a purge (I4). A claim, takeover or renewal sets the key's time to live so that Redis
+//! keeps the record until its garbage deadline, the later of `expires_at` and
+//! `lease_until`, plus [`GC_MARGIN_MS`], has passed **both** by the writing caller's clock
+//! (`now`) **and** by the server's clock (`TIME`, read inside the script):
+//! `max(deadline − now, deadline − server time, 0) + GC_MARGIN_MS` ms. A caller whose
+//! clock runs a year ahead therefore cannot make Redis delete anything early, and a caller
+//! whose clock runs behind cannot either. A renewal only ever lengthens the time to live
+//! (it covers the new lease); marking the outcome unknown and completing keep it. A record
+//! whose garbage deadline lies more than [`GC_MAX_MS`] ahead is kept without a Redis
+//! expiry. No operation changes the time to live of a record its caller does not own, and
+//! a caller's claims of other keys touch only those keys' records (and the index, whose
+//! members of records Redis deleted they forget). A live record is never evicted by idem;
+//! configure the server with a `noeviction` (or `volatile-*`-free) `maxmemory-policy` so
+//! that Redis does not evict it either.
+//!
+//! # Inspection and its cost (I3–I5)
+//!
+//! - [`list`](Store::list) walks the tool's set when the query names a tool, else
+//!   `<prefix>index`, newest first (`ZREVRANGEBYSCORE`, whose members of equal score come in
+//!   descending key order: the listing order), from the cursor (or `created_before`) down
+//!   to `created_from`, in batches of `max(limit + 1, 100)` members (at most 1001). Each
+//!   batch is one `EVALSHA` that reads the members' records in the same step; the store
+//!   keeps the live ones that match the other filters ([`ListQuery::matches`]) until it
+//!   has `limit + 1` (to know whether a next page exists) or the set is exhausted. Cost:
+//!   O(log N + members read), where the members read equal the page when only tool and
+//!   time filters are given, and can be far more when a namespace, scope or state filter
+//!   is selective (each batch scans records that the filter then drops; a filter matching
+//!   nothing reads the whole set). A cursor also skips, one by one, the records created in
+//!   its millisecond that sort after it.
+//! - [`purge`](Store::purge): one `EVALSHA`, O(log N).
+//! - [`purge_matching`](Store::purge_matching): walks as a listing does, in batches of
+//!   1000 members (outcomes left out), then one `EVALSHA` per matching record: O(members
+//!   read + matches) round trips' worth, the purges one after another.
+//! - [`stats`](Store::stats): walks all of `<prefix>index` in batches of 1000 members,
+//!   outcomes left out: O(records), one `EVALSHA` per 1000 records.
+//! - [`RedisStore::reindex`]: `SCAN` over the database's keys, see its documentation.
+//!
+//! A batch runs as one script on the server, which serves nothing else meanwhile: at most
+//! 1001 records are read per batch. A listing is not a snapshot: a record claimed, taken
+//! over or deleted between two batches or two pages may or may not appear, but no record
+//! appears twice and no record left alone meanwhile is skipped (batches and pages resume
+//! from a (`created_at`, key) position, not an offset).
 //!
 //! # Round trips
 //!
-//! Every operation is one round trip: one `EVALSHA` (claim, take over, renew, mark unknown,
-//! complete, release) or one `HMGET` (read). The first time a server sees a script (after
-//! a restart or `SCRIPT FLUSH`) it answers `NOSCRIPT` and the store sends `SCRIPT LOAD` and
-//! the `EVALSHA` again: three round trips, once per script and server.
+//! Every record operation is one round trip: one `EVALSHA` (claim, take over, renew, mark
+//! unknown, complete, release, purge) or one `HMGET` (read). The first time a server sees
+//! a script (after a restart or `SCRIPT FLUSH`) it answers `NOSCRIPT` and the store sends
+//! `SCRIPT LOAD` and the `EVALSHA` again: three round trips, once per script and server.
 //! [`Store::round_trips`] counts every command the store sends (clones share the count), so
-//! a first execution counts 2 and a replay 1.
+//! a first execution counts 2 and a replay 1; a listing counts one per batch.
 //!
 //! # Outages (S10)
 //!
@@ -114,6 +193,7 @@
 //! duplicates poll with backoff (S5), which also notices a record marked unknown.
 
 mod connection;
+mod inspect;
 mod record;
 mod scripts;
 
@@ -130,14 +210,16 @@ pub use record::REDIS_LAYOUT_VERSION;
 use super::in_flight::Undo;
 use super::locator::redact_url as redact;
 use super::{
-    Claim, ClaimRequest, Completion, MarkUnknownRequest, OwnerToken, Record, RenewRequest, Store,
-    StoreError, StoreFuture, TakeoverRequest,
+    Claim, ClaimRequest, Completion, ListPage, ListQuery, MarkUnknownRequest, OwnerToken,
+    PurgeCounts, PurgeOutcome, Record, RenewRequest, Store, StoreError, StoreFuture, StoreStats,
+    TakeoverRequest,
 };
 use crate::clock::Timestamp;
 use crate::envelope::Envelope;
 use crate::key::IdempotencyKey;
+use crate::label::RecordLabel;
 use connection::config;
-use record::{number_arg, parse_number, FIELDS};
+use record::{number_arg, optional_arg, parse_number, FIELDS};
 use scripts::as_flag;
 
 /// The key prefix used unless [`RedisStore::with_prefix`] sets another.
@@ -270,6 +352,16 @@ impl fmt::Debug for RedisStore {
     }
 }
 
+/// The script arguments of a label (P1): tool, scope (its text form), namespace, key_args.
+fn label_args(label: &RecordLabel) -> [String; 4] {
+    [
+        label.tool.clone(),
+        label.scope.to_string(),
+        optional_arg(label.namespace.as_deref()),
+        optional_arg(label.key_args.as_deref()),
+    ]
+}
+
 /// A compare-and-set script's answer, or a corrupt-record error naming `what` answered.
 fn flag(
     store: &RedisStore,
@@ -283,13 +375,14 @@ fn flag(
 impl Store for RedisStore {
     fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, Claim> {
         let key = req.key.clone();
-        let args = vec![
+        let mut args = vec![
             number_arg(req.now.as_millis()),
             req.fingerprint.as_str().to_owned(),
             number_arg(req.expires_at.as_millis()),
             req.owner.to_hex(),
             number_arg(req.lease_until.as_millis()),
         ];
+        args.extend(label_args(req.label));
         let eval = self.eval("claim", &scripts::CLAIM, &key, args);
         let store = self.clone();
         let undo = Undo {
@@ -316,7 +409,7 @@ impl Store for RedisStore {
     }
 
     fn take_over<'a>(&'a self, req: TakeoverRequest<'a>) -> StoreFuture<'a, bool> {
-        let args = vec![
+        let mut args = vec![
             req.seen_owner.to_hex(),
             number_arg(req.seen_lease_until.as_millis()),
             number_arg(req.now.as_millis()),
@@ -325,6 +418,7 @@ impl Store for RedisStore {
             number_arg(req.expires_at.as_millis()),
             number_arg(req.fence),
         ];
+        args.extend(label_args(req.label));
         let eval = self.eval("take over", &scripts::TAKE_OVER, req.key, args);
         let (store, key) = (self.clone(), req.key.clone());
         self.run(
@@ -411,6 +505,46 @@ impl Store for RedisStore {
             },
             None,
         )
+    }
+
+    /// Walks the prefix's index (or the tool's) newest first, in batches of
+    /// `max(limit + 1, 100)` members, one `EVALSHA` each; see the
+    /// [module documentation](self) for the cost.
+    fn list<'a>(&'a self, query: &'a ListQuery, now: Timestamp) -> StoreFuture<'a, ListPage> {
+        let (store, query) = (self.clone(), query.clone());
+        self.run(async move { store.list_page(&query, now).await }, None)
+    }
+
+    /// One `EVALSHA`: compares the state, then deletes the record and its index members.
+    fn purge<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        force: bool,
+        now: Timestamp,
+    ) -> StoreFuture<'a, PurgeOutcome> {
+        let (store, key) = (self.clone(), key.clone());
+        self.run(async move { store.purge_key(&key, force, now).await }, None)
+    }
+
+    /// Walks the index as [`list`](Store::list) does (batches of 1000 members), then one
+    /// `EVALSHA` per matching record.
+    fn purge_matching<'a>(
+        &'a self,
+        query: &'a ListQuery,
+        force: bool,
+        now: Timestamp,
+    ) -> StoreFuture<'a, PurgeCounts> {
+        let (store, query) = (self.clone(), query.clone());
+        self.run(
+            async move { store.purge_all(&query, force, now).await },
+            None,
+        )
+    }
+
+    /// Walks the whole index (batches of 1000 members, outcomes left out): O(records).
+    fn stats<'a>(&'a self, now: Timestamp) -> StoreFuture<'a, StoreStats> {
+        let store = self.clone();
+        self.run(async move { store.count(now).await }, None)
     }
 
     fn needs_runtime_io(&self) -> bool {

@@ -4,28 +4,37 @@
 
 use redis::Value;
 
+use std::str::FromStr;
+
 use crate::clock::Timestamp;
 use crate::envelope::Envelope;
 use crate::key::Fingerprint;
+use crate::label::{RecordLabel, ScopePart, ScopePath};
 use crate::store::{OwnerToken, Record, RecordState};
 
-/// The layout version this build writes in each record's `v` field.
+/// The layout version this build writes in each record's `v` field when it claims or takes
+/// over a key.
 ///
 /// - `1`: the first layout: no fencing token and no "outcome unknown" state.
 /// - `2`: adds `fence` (the fencing token, F1) and `unknown_since` (the outcome-unknown
 ///   state, U1).
+/// - `3`: adds the label (P1): `tool`, `scope`, and when present `namespace` and
+///   `key_args`; and the record is in its prefix's index (I3).
 ///
-/// This build reads both; a layout-1 record reads with fence 1 and becomes layout 2 (with
-/// fence 1) the first time a script writes it. A record of any other version (one written
-/// by a newer build) is neither read nor written: every operation on it fails with
+/// This build reads all three (P4). A layout-1 record reads with fence 1 and becomes
+/// layout 2 (with fence 1) the first time a renewal, a marking as unknown or a completion
+/// writes it; a claim (over an expired record) or a takeover writes layout 3 with the
+/// label. Records of layouts 1 and 2 read with no label (`Record::label` is `None`). A
+/// record of any other version (one written by a newer build) is neither read nor written:
+/// every operation on it fails with
 /// [`StoreErrorKind::Corrupt`](crate::StoreErrorKind::Corrupt) and leaves it untouched.
-pub const REDIS_LAYOUT_VERSION: u32 = 2;
+pub const REDIS_LAYOUT_VERSION: u32 = 3;
 
 /// The layout versions this build reads, as stored.
-pub(super) const READABLE: [&str; 2] = ["1", "2"];
+pub(super) const READABLE: [&str; 3] = ["1", "2", "3"];
 
 /// The fields a read returns, in this order.
-pub(super) const FIELDS: [&str; 10] = [
+pub(super) const FIELDS: [&str; 14] = [
     "v",
     "fingerprint",
     "created_at",
@@ -36,7 +45,22 @@ pub(super) const FIELDS: [&str; 10] = [
     "completed_at",
     "fence",
     "unknown_since",
+    "tool",
+    "namespace",
+    "scope",
+    "key_args",
 ];
+
+/// The 1-based position of `name` in [`FIELDS`], for the scripts.
+pub(super) fn field_position(name: &str) -> usize {
+    FIELDS.iter().position(|f| *f == name).map_or(0, |i| i + 1)
+}
+
+/// An optional label field as a script argument: `-` for `None`, `+` and the text for
+/// `Some`, so that an absent field and an empty one stay apart.
+pub(super) fn optional_arg(value: Option<&str>) -> String {
+    value.map_or_else(|| "-".to_owned(), |v| format!("+{v}"))
+}
 
 /// The largest number a record holds, as stored (`u64::MAX`, 20 digits).
 pub(super) const MAX_NUMBER: &str = "18446744073709551615";
@@ -83,17 +107,31 @@ pub(super) fn decode(value: Value) -> Result<Option<Record>, String> {
     let (v, fingerprint, created_at, expires_at) = (next(), next(), next(), next());
     let (owner, lease_until, outcome, completed_at) = (next(), next(), next(), next());
     let (fence, unknown_since) = (next(), next());
+    let (tool, namespace, scope, key_args) = (next(), next(), next(), next());
     let layout = match v.as_deref() {
         Some(v) if READABLE.contains(&v) => v,
         Some(v) => return Err(unknown_layout(v)),
         None => return Err("no layout version".to_owned()),
     };
+    let labelled = tool.is_some() || namespace.is_some() || scope.is_some() || key_args.is_some();
     let fence = match (layout, fence) {
         // Layout 1 had neither a fencing token nor an unknown outcome: fence 1 (F1).
-        ("1", None) if unknown_since.is_none() => 1,
-        ("1", _) => return Err("layout 1 with a field of layout 2".to_owned()),
+        ("1", None) if unknown_since.is_none() && !labelled => 1,
+        ("1", _) => return Err("layout 1 with a field of a later layout".to_owned()),
+        ("2", _) if labelled => return Err("layout 2 with a field of layout 3".to_owned()),
         (_, Some(fence)) => number(Some(fence), "fence")?,
         (_, None) => return Err("no fence".to_owned()),
+    };
+    let label = match (layout, tool) {
+        ("3", Some(tool)) => Some(RecordLabel {
+            tool,
+            namespace,
+            scope: scope_path(scope.as_deref().unwrap_or_default())?,
+            key_args,
+        }),
+        ("3", None) => return Err("no tool".to_owned()),
+        // Written before labels existed (P4): no label.
+        _ => None,
     };
     let fingerprint = fingerprint
         .as_deref()
@@ -125,8 +163,21 @@ pub(super) fn decode(value: Value) -> Result<Option<Record>, String> {
         expires_at: instant(expires_at, "expires_at")?,
         fence,
         state,
-        label: None,
+        label,
     }))
+}
+
+/// A stored scope (the text form of [`ScopePath`]), part by part as written: a label is
+/// read back as it was stored, without the checks a path typed by a person gets.
+fn scope_path(text: &str) -> Result<ScopePath, String> {
+    if text.is_empty() {
+        return Ok(ScopePath::new());
+    }
+    text.split('/').try_fold(ScopePath::new(), |path, part| {
+        ScopePart::from_str(part)
+            .map(|part| path.with(part.kind, part.value))
+            .map_err(|e| format!("scope is not a scope path: {e}"))
+    })
 }
 
 fn number(value: Option<String>, name: &str) -> Result<u64, String> {
@@ -236,6 +287,73 @@ mod tests {
         assert!(matches!(record.state, RecordState::Completed { .. }));
     }
 
+    // pins P1, P4: a layout-3 record reads its label (namespace and key_args only when
+    // stored, the scope part by part); records of layouts 1 and 2 read without one; a label
+    // field in an older layout, or a layout-3 record without its tool, is refused
+    #[test]
+    fn labels_decode_by_layout() {
+        let mut v3 = in_progress("3");
+        v3.push(("fence", number_arg(2)));
+        v3.push(("tool", "send_refund".to_owned()));
+        v3.push(("scope", "tenant=acme/conversation=c%2F1".to_owned()));
+        let label = decode_fields(&v3).unwrap().unwrap().label.unwrap();
+        assert_eq!(
+            label,
+            RecordLabel::new(
+                "send_refund",
+                ScopePath::new()
+                    .with("tenant", "acme")
+                    .with("conversation", "c/1")
+            )
+        );
+        v3.push(("namespace", "tenant-a".to_owned()));
+        v3.push(("key_args", r#"{"order":1}"#.to_owned()));
+        let label = decode_fields(&v3).unwrap().unwrap().label.unwrap();
+        assert_eq!(label.namespace.as_deref(), Some("tenant-a"));
+        assert_eq!(label.key_args.as_deref(), Some(r#"{"order":1}"#));
+        let mut global = in_progress("3");
+        global.push(("fence", number_arg(1)));
+        global.push(("tool", String::new()));
+        global.push(("scope", String::new()));
+        let label = decode_fields(&global).unwrap().unwrap().label.unwrap();
+        assert!(label.is_empty(), "{label:?}");
+
+        let mut v2 = in_progress("2");
+        v2.push(("fence", number_arg(7)));
+        assert_eq!(decode_fields(&v2).unwrap().unwrap().label, None);
+        assert_eq!(
+            decode_fields(&in_progress("1")).unwrap().unwrap().label,
+            None
+        );
+
+        let mut v2_with_tool = v2.clone();
+        v2_with_tool.push(("tool", "t".to_owned()));
+        assert!(decode_fields(&v2_with_tool)
+            .unwrap_err()
+            .contains("layout 3"));
+        let mut v1_with_scope = in_progress("1");
+        v1_with_scope.push(("scope", String::new()));
+        assert!(decode_fields(&v1_with_scope).is_err());
+        let mut v3_without_tool = in_progress("3");
+        v3_without_tool.push(("fence", number_arg(1)));
+        assert_eq!(decode_fields(&v3_without_tool).unwrap_err(), "no tool");
+        let mut bad_scope = in_progress("3");
+        bad_scope.push(("fence", number_arg(1)));
+        bad_scope.push(("tool", "t".to_owned()));
+        bad_scope.push(("scope", "conversation".to_owned()));
+        assert!(decode_fields(&bad_scope).unwrap_err().contains("scope"));
+    }
+
+    // pins P1: optional label fields travel as `-` (absent) or `+text`, empty text included
+    #[test]
+    fn optional_arguments_keep_absent_apart_from_empty() {
+        assert_eq!(optional_arg(None), "-");
+        assert_eq!(optional_arg(Some("")), "+");
+        assert_eq!(optional_arg(Some("-")), "+-");
+        assert_eq!(field_position("v"), 1);
+        assert_eq!(FIELDS[field_position("outcome") - 1], "outcome");
+    }
+
     // pins U1: an unknown outcome keeps its owner, lease and since
     #[test]
     fn unknown_outcomes_decode() {
@@ -258,7 +376,7 @@ mod tests {
     fn malformed_and_newer_records_are_refused() {
         let missing_fence = in_progress("2");
         assert_eq!(decode_fields(&missing_fence).unwrap_err(), "no fence");
-        let newer = in_progress("3");
+        let newer = in_progress("4");
         assert!(decode_fields(&newer).unwrap_err().contains("newer"));
         let garbage = in_progress("x");
         assert!(decode_fields(&garbage)
