@@ -42,6 +42,7 @@ use idem_agent::dispatch::{
 };
 use idem_agent::store::StoreConfigError;
 use idem_agent::testkit::{EffectLog, FailOn, LosingTransport};
+use idem_agent::EngineConfigError;
 use idem_agent::{default_engine, idempotent, CallContext, CallStatus, Engine, ToolError};
 
 /// Every real execution of the demo tool, with the key it carried (T3).
@@ -224,7 +225,7 @@ async fn run(options: Options) -> (Option<Summary>, bool) {
         .collect();
     let engine = match &options.store {
         Some(locator) => Engine::from_locator(locator).map_err(|e| match e {
-            StoreConfigError::FeatureDisabled { feature, .. } => format!(
+            EngineConfigError::Store(StoreConfigError::FeatureDisabled { feature, .. }) => format!(
                 "{e}\n(for this example: cargo run --release --features {feature} --example replay -- …)"
             ),
             e => e.to_string(),

@@ -176,7 +176,7 @@
 //! let engine = idem_agent::Engine::builder().store_locator("memory").build()?;
 //! // or: let engine = idem_agent::Engine::from_env()?;   // IDEM_STORE, memory if unset
 //! assert_eq!(engine.store().backend(), "memory");
-//! # Ok::<(), idem_agent::store::StoreConfigError>(())
+//! # Ok::<(), idem_agent::EngineConfigError>(())
 //! ```
 //!
 //! Tests use [`testkit::ManualClock`] to move time instead of sleeping, and

@@ -552,8 +552,60 @@ fn parse_scope_option(lit: &LitStr) -> syn::Result<ScopeKind> {
     Ok(ScopeKind::Composite(parts))
 }
 
+/// The built-in scope that `name` is probably a typo of (K12): one within two edits
+/// (insertions, deletions, substitutions or swaps of two neighbours, ignoring ASCII case)
+/// of `conversation`, `global` or `call`, without being it. A scope name of the user's own
+/// must be further away than that from every built-in: short names near `call` (`all`,
+/// `cell`, `cart`, `cat`) or `global` (`local`, `goal`) are rejected on purpose, since a
+/// typo of a built-in would otherwise silently key the tool on a value nobody sets.
+///
+/// Applied to each scope name on its own, so that it applies to every part of a scope
+/// written as several.
+pub(crate) fn suggest_builtin(name: &str) -> Option<&'static str> {
+    if BUILTIN_SCOPES.contains(&name) {
+        return None;
+    }
+    let lower = name.to_ascii_lowercase();
+    BUILTIN_SCOPES
+        .iter()
+        .map(|builtin| (damerau_distance(&lower, builtin), *builtin))
+        .filter(|(distance, _)| *distance <= 2)
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, builtin)| builtin)
+}
+
+/// The edit distance between `a` and `b` counting insertions, deletions, substitutions
+/// and swaps of two neighbouring characters as one edit each (optimal string alignment:
+/// `conversaiton` is one edit from `conversation`).
+fn damerau_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    // d[i][j]: distance between the first i chars of a and the first j of b.
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
+        }
+    }
+    d[a.len()][b.len()]
+}
+
 /// `conversation`, `global`, `call`, or a user-named scope (`tenant`): letters, digits,
-/// `_`, `-` and `.`, starting with a letter.
+/// `_`, `-` and `.`, starting with a letter, more than two edits from every built-in
+/// (K12).
 fn parse_scope(lit: &LitStr) -> syn::Result<ScopeKind> {
     let text = lit.value();
     match text.as_str() {
@@ -584,7 +636,17 @@ fn parse_scope(lit: &LitStr) -> syn::Result<ScopeKind> {
             ),
         ));
     }
+    if let Some(builtin) = suggest_builtin(&text) {
+        return Err(syn::Error::new(lit.span(), scope_typo(&text, builtin)));
+    }
     Ok(ScopeKind::Named(text))
+}
+
+/// The error of a scope name `name` within two edits of the built-in `builtin` (K12).
+fn scope_typo(name: &str, builtin: &str) -> String {
+    format!(
+        "unknown scope `{name}`: did you mean `{builtin}`? (a scope name of your own must differ from the built-in ones by more than two edits)"
+    )
 }
 
 /// A tool name as the providers accept it (OpenAI, Anthropic, Gemini, MCP): 1 to 64
@@ -979,6 +1041,62 @@ mod tests {
                 "the option list names the new options: {message}"
             );
         }
+    }
+
+    // pins K12: a scope name within two edits of a built-in one is an error suggesting it
+    #[test]
+    fn scope_typos_suggest_the_builtin() {
+        for (typo, builtin) in [
+            ("conversaton", "conversation"),
+            ("conversaiton", "conversation"),
+            ("converstaion", "conversation"),
+            ("conversations", "conversation"),
+            ("convresaton", "conversation"),
+            ("globl", "global"),
+            ("glbal", "global"),
+            ("local", "global"),
+            ("goal", "global"),
+            ("cal", "call"),
+            ("calls", "call"),
+            ("clal", "call"),
+            ("all", "call"),
+            ("cell", "call"),
+            ("cart", "call"),
+            ("Conversaton", "conversation"),
+        ] {
+            assert_eq!(suggest_builtin(typo), Some(builtin), "{typo}");
+            let message = err(quote!(scope = #typo));
+            assert_eq!(
+                message,
+                format!("unknown scope `{typo}`: did you mean `{builtin}`? (a scope name of your own must differ from the built-in ones by more than two edits)"),
+            );
+        }
+        for own in [
+            "tenant",
+            "user",
+            "org",
+            "team",
+            "session",
+            "thread",
+            "workspace",
+            "region",
+            "customer",
+            "callee_id",
+            "globals.v2",
+            "conv",
+        ] {
+            assert_eq!(suggest_builtin(own), None, "{own}");
+            assert_eq!(
+                ok(quote!(scope = #own)).scope.unwrap().value,
+                ScopeKind::Named(own.to_owned())
+            );
+        }
+        for builtin in BUILTIN_SCOPES {
+            assert_eq!(suggest_builtin(builtin), None);
+        }
+        assert_eq!(damerau_distance("ca", "ac"), 1);
+        assert_eq!(damerau_distance("", "call"), 4);
+        assert_eq!(damerau_distance("tenant", "call"), 5);
     }
 
     #[test]

@@ -50,7 +50,7 @@ use proc_macro::TokenStream;
 ///
 /// | option | default | meaning |
 /// |---|---|---|
-/// | `scope = "conversation"` | `"conversation"` | Whose calls share keys: `"conversation"` (the conversation id of the call's `CallContext`), `"global"` (no scope value: everyone who shares the store), `"call"` (the provider's tool-call id: only retries of one tool call replay, for tools whose equal calls are distinct intents, like rolling a die), or a name of your own (`"tenant"`: the value set with `CallContext::with_scope("tenant", …)`). Own names are ASCII letters, digits, `_`, `-`, `.`, starting with a letter. |
+/// | `scope = "conversation"` | `"conversation"` | Whose calls share keys: `"conversation"` (the conversation id of the call's `CallContext`), `"global"` (no scope value: everyone who shares the store), `"call"` (the provider's tool-call id: only retries of one tool call replay, for tools whose equal calls are distinct intents, like rolling a die), or a name of your own (`"tenant"`: the value set with `CallContext::with_scope("tenant", …)`). Own names are ASCII letters, digits, `_`, `-`, `.`, starting with a letter, and differ from every built-in name by more than two edits: a name within two (`conversaton`, `globl`, but also `local` or `cell`) is a compile error suggesting the built-in (K12). |
 /// | `ttl = "24h"` | `"24h"` | How long a saved outcome is replayed, from the claim. |
 /// | `lease = "60s"` | `"60s"` | How long a claim is held before a caller may take it over (when the owner died). `"0s"` means already lapsed. |
 /// | `wait = "5s"` | `"5s"` | How long a concurrent duplicate waits for the owner's outcome before it gets a retryable `InProgress` error. |
@@ -69,7 +69,9 @@ use proc_macro::TokenStream;
 /// expands and applied in whole milliseconds (`"1500us"` is an error). The TTL must be
 /// positive and at least the lease; the heartbeat positive and shorter than the lease
 /// written, else than the 60 s default: with renewals further apart than the lease, the
-/// lease would lapse between two of them.
+/// lease would lapse between two of them. They are defaults: an engine may override them
+/// at run time per tool (`EngineBuilder::tool`, or the `IDEM_TOOL_<TOOL>_<SETTING>`
+/// environment variables; contract E1, E2, see `idem_agent::settings`).
 ///
 /// # Long calls and unknown outcomes
 ///

@@ -7,6 +7,7 @@
 //! part of the key.
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,11 +21,14 @@ use crate::label::RecordLabel;
 use crate::outcome::CallRecord;
 
 /// Conversation id, tool-call id, named scope values and engine for the calls made under
-/// it; after a call, what that call did ([`last_outcome`](CallContext::last_outcome)).
+/// it; after a call, what that call did ([`last_outcome`](CallContext::last_outcome),
+/// [`last_key`](CallContext::last_key), [`outcome_of`](CallContext::outcome_of)).
 ///
 /// Cheap to clone (one `Arc`). Clones share one outcome slot: hand a clone to a task and
-/// read what its call did on the original. The `with_*` methods derive a new context with
-/// its own slot, so contexts built for concurrent calls never see each other's outcome.
+/// read what its call did on the original. Calls made concurrently on clones each find
+/// their own outcome with [`outcome_of`](CallContext::outcome_of) (S13). The `with_*`
+/// methods derive a new context with its own slot, so contexts built for concurrent calls
+/// never see each other's outcome.
 ///
 /// ```
 /// # extern crate idem_runtime as idem_agent;
@@ -48,7 +52,19 @@ struct Inner {
     scopes: Vec<(Arc<str>, Arc<str>)>,
     attempt: Option<AttemptSlot>,
     running: Option<AttemptInfo>,
-    last_outcome: Arc<Mutex<Option<CallRecord>>>,
+    outcomes: Arc<Mutex<Outcomes>>,
+}
+
+/// The outcome slot that clones of one context share (S12, S13).
+#[derive(Default)]
+struct Outcomes {
+    /// The outcome of the latest call to finish, unless a call started since.
+    last: Option<CallRecord>,
+    /// The key of the latest call to derive one, unless a call started since.
+    last_key: Option<IdempotencyKey>,
+    /// The outcomes of the latest [`CallContext::OUTCOMES_KEPT`] calls to finish, oldest
+    /// first, one per key.
+    by_key: VecDeque<CallRecord>,
 }
 
 impl std::fmt::Debug for CallContext {
@@ -91,7 +107,7 @@ impl CallContext {
     /// [`last_outcome`](Self::last_outcome). (Plain clones share the slot.)
     fn edit(mut self, f: impl FnOnce(&mut Inner)) -> Self {
         let inner = Arc::make_mut(&mut self.inner);
-        inner.last_outcome = Arc::default();
+        inner.outcomes = Arc::default();
         f(inner);
         self
     }
@@ -189,33 +205,79 @@ impl CallContext {
         self.inner.running.as_ref()
     }
 
-    /// What the last `#[idempotent]` call made directly under this context did (S12):
-    /// `None` when that call failed before the store gave it an outcome (a layer error
-    /// such as `MissingScope`, `Mismatch` or `InProgress`).
-    pub fn last_outcome(&self) -> Option<CallRecord> {
+    /// How many outcomes [`outcome_of`](Self::outcome_of) keeps per outcome slot: those
+    /// of the latest 64 calls to finish (with distinct keys).
+    pub const OUTCOMES_KEPT: usize = 64;
+
+    fn outcomes(&self) -> std::sync::MutexGuard<'_, Outcomes> {
         self.inner
-            .last_outcome
+            .outcomes
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .clone()
     }
 
-    /// Forgets the previous call's outcome: a call that then fails before reaching the
-    /// store (missing scope, mismatch, …) leaves `None`, not a stale record.
+    /// What the last `#[idempotent]` call made directly under this context did (S12):
+    /// `None` when that call failed before the store gave it an outcome (a layer error
+    /// such as `MissingScope`, `Mismatch` or `InProgress`). With calls running
+    /// concurrently on clones of this context it is the latest to finish, unless another
+    /// call started after it (each call clears it when it starts); read each call's own
+    /// with [`outcome_of`](Self::outcome_of) (S13).
+    pub fn last_outcome(&self) -> Option<CallRecord> {
+        self.outcomes().last.clone()
+    }
+
+    /// The idempotency key of the last `#[idempotent]` call made directly under this
+    /// context, whatever followed (S13): executed, replayed, `Mismatch`, `InProgress`,
+    /// `OutcomeUnknown`, a store error. Set as soon as the call derived its key (or took
+    /// the carried key of its attempt, K9); `None` when the call failed before that
+    /// (`MissingScope`, `Canonical`, `Config`). Each call clears it when it starts, so
+    /// with calls running concurrently on clones of this context it is the key of the
+    /// latest call to derive one: use [`Error::key`](crate::Error::key) or
+    /// [`outcome_of`](Self::outcome_of) for a particular call.
+    pub fn last_key(&self) -> Option<IdempotencyKey> {
+        self.outcomes().last_key.clone()
+    }
+
+    /// The outcome of the latest call with idempotency key `key` made directly under this
+    /// context or a clone of it (S13): each call's own, whatever other calls on clones
+    /// finished since. `None` while that call runs, when it ended without an outcome
+    /// (a layer error such as `Mismatch` or `InProgress`), and when more than
+    /// [`OUTCOMES_KEPT`](Self::OUTCOMES_KEPT) calls with other keys finished since (the
+    /// oldest outcomes are dropped first).
+    pub fn outcome_of(&self, key: &IdempotencyKey) -> Option<CallRecord> {
+        self.outcomes()
+            .by_key
+            .iter()
+            .rev()
+            .find(|record| record.key == *key)
+            .cloned()
+    }
+
+    /// Forgets the previous call's outcome and key: a call that then fails before reaching
+    /// the store (missing scope, mismatch, …) leaves `None`, not a stale record. The
+    /// outcomes kept for [`outcome_of`](Self::outcome_of) stay.
     pub(crate) fn clear_last_outcome(&self) {
-        *self
-            .inner
-            .last_outcome
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = None;
+        let mut outcomes = self.outcomes();
+        outcomes.last = None;
+        outcomes.last_key = None;
+    }
+
+    /// Publishes the key a call just derived (S13); the outcome of an earlier call with
+    /// that key is no longer this call's.
+    pub(crate) fn set_last_key(&self, key: &IdempotencyKey) {
+        let mut outcomes = self.outcomes();
+        outcomes.by_key.retain(|record| record.key != *key);
+        outcomes.last_key = Some(key.clone());
     }
 
     pub(crate) fn set_last_outcome(&self, record: CallRecord) {
-        *self
-            .inner
-            .last_outcome
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(record);
+        let mut outcomes = self.outcomes();
+        outcomes.by_key.retain(|kept| kept.key != record.key);
+        if outcomes.by_key.len() >= Self::OUTCOMES_KEPT {
+            outcomes.by_key.pop_front();
+        }
+        outcomes.by_key.push_back(record.clone());
+        outcomes.last = Some(record);
     }
 
     /// The innermost context in force on this thread or task, if any.
@@ -345,6 +407,48 @@ mod tests {
             takeover: false,
             fence: 1,
         }
+    }
+
+    fn record_of(n: usize) -> CallRecord {
+        CallRecord {
+            key: IdempotencyKey::from_hex(&format!("{n:064x}")).unwrap(),
+            ..record()
+        }
+    }
+
+    // pins S13: outcome_of keeps the latest OUTCOMES_KEPT outcomes, one per key; a call
+    // that derives a key forgets the earlier outcome of that key; starting a call clears
+    // last_outcome and last_key but not the kept outcomes
+    #[test]
+    fn outcomes_are_kept_per_key_and_bounded() {
+        let ctx = CallContext::new();
+        let kept = CallContext::OUTCOMES_KEPT;
+        for n in 0..kept + 10 {
+            ctx.clone().set_last_outcome(record_of(n));
+        }
+        assert_eq!(
+            ctx.outcome_of(&record_of(9).key),
+            None,
+            "the oldest are dropped"
+        );
+        for n in 10..kept + 10 {
+            assert_eq!(ctx.outcome_of(&record_of(n).key), Some(record_of(n)));
+        }
+        assert_eq!(ctx.last_outcome(), Some(record_of(kept + 9)));
+        // Another outcome of a kept key replaces it without dropping anything else.
+        let replayed = CallRecord {
+            status: CallStatus::Replayed,
+            ..record_of(10)
+        };
+        ctx.set_last_outcome(replayed.clone());
+        assert_eq!(ctx.outcome_of(&record_of(10).key), Some(replayed));
+        assert!(ctx.outcome_of(&record_of(11).key).is_some());
+        ctx.clear_last_outcome();
+        assert_eq!((ctx.last_outcome(), ctx.last_key()), (None, None));
+        assert!(ctx.outcome_of(&record_of(11).key).is_some());
+        ctx.set_last_key(&record_of(11).key);
+        assert_eq!(ctx.last_key(), Some(record_of(11).key));
+        assert_eq!(ctx.outcome_of(&record_of(11).key), None);
     }
 
     // pins S12: clones share the outcome slot; derived contexts get their own

@@ -21,13 +21,21 @@
 //! [`CallContext::with_engine`](crate::CallContext::with_engine)); and an SQLite store named
 //! by a tool is opened on the thread of that tool's first call, which waits for the file's
 //! lock (up to the 5 s busy timeout) if another connection holds it then.
+//!
+//! An engine also carries run-time overrides of tools' settings ([`crate::settings`], E1,
+//! E2): [`EngineBuilder::tool`], [`EngineBuilder::settings_from_env`], and for the default
+//! engine the `IDEM_TOOL_<TOOL>_<SETTING>` variables (read once). A tool's own store keeps
+//! the overrides of the engine below it.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use crate::clock::{Clock, SystemClock};
-use crate::store::{Store, StoreConfigError, StoreError, StoreLocator};
+use crate::error::Error;
+use crate::settings::{EngineConfigError, Overrides, ToolSettings};
+use crate::spec::ToolSpec;
+use crate::store::{Store, StoreConfigError, StoreError, StoreErrorKind, StoreLocator};
 
 /// The environment variable that names the default store: a [store
 /// locator](crate::store::locator) such as `sqlite:/var/lib/agent/idem.db`.
@@ -40,20 +48,22 @@ pub const NAMESPACE_ENV_VAR: &str = "IDEM_NAMESPACE";
 /// The longest namespace, in bytes (K11).
 pub const NAMESPACE_MAX_LEN: usize = 128;
 
-/// A store and a clock. Cheap to clone (two `Arc`s).
+/// A store, a clock, run-time overrides of tools' settings (E1) and a namespace (K11).
+/// Cheap to clone (a few `Arc`s).
 ///
 /// ```
 /// # extern crate idem_runtime as idem_agent;
 /// use idem_agent::{Engine, SystemClock};
 /// let engine = Engine::builder().store_locator("memory").clock(SystemClock).build()?;
 /// assert_eq!(engine.store().backend(), "memory");
-/// # Ok::<(), idem_agent::store::StoreConfigError>(())
+/// # Ok::<(), idem_agent::EngineConfigError>(())
 /// ```
 #[derive(Clone)]
 pub struct Engine {
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     namespace: Option<Arc<str>>,
+    settings: Arc<Overrides>,
 }
 
 impl Engine {
@@ -63,6 +73,7 @@ impl Engine {
             store: Arc::new(store),
             clock: Arc::new(clock),
             namespace: None,
+            settings: Arc::default(),
         }
     }
 
@@ -72,6 +83,7 @@ impl Engine {
             store,
             clock,
             namespace: None,
+            settings: Arc::default(),
         }
     }
 
@@ -91,17 +103,21 @@ impl Engine {
     /// system clock.
     ///
     /// # Errors
-    /// As [`EngineBuilder::build`].
-    pub fn from_locator(locator: &str) -> Result<Self, StoreConfigError> {
+    /// As [`EngineBuilder::build`]: [`EngineConfigError::Store`].
+    pub fn from_locator(locator: &str) -> Result<Self, EngineConfigError> {
         Engine::builder().store_locator(locator).build()
     }
 
     /// The store named by `IDEM_STORE` (the in-memory store if it is unset), with the
     /// system clock. Reads the variable now; [`default_engine`] reads it once per process.
     ///
+    /// Tools' settings are not read from the environment here; for that, use
+    /// `Engine::builder().store_from_env().settings_from_env().build()`.
+    ///
     /// # Errors
-    /// As [`EngineBuilder::build`]; also [`StoreConfigError::NotUnicode`].
-    pub fn from_env() -> Result<Self, StoreConfigError> {
+    /// As [`EngineBuilder::build`]: [`EngineConfigError::Store`], among them
+    /// [`StoreConfigError::NotUnicode`].
+    pub fn from_env() -> Result<Self, EngineConfigError> {
         Engine::builder().store_from_env().build()
     }
 
@@ -120,12 +136,33 @@ impl Engine {
         self.namespace.as_deref()
     }
 
-    /// This engine's clock and namespace with `store`.
+    /// The overrides of the tool named `name` in force on this engine (E1, E2): the
+    /// builder's, else the environment's, per setting; `None` fields keep the attribute's.
+    pub fn tool_settings(&self, name: &str) -> ToolSettings {
+        self.settings.for_tool(name)
+    }
+
+    /// `spec` as calls through this engine see it (E1): its `ttl`, `lease`, `wait` and
+    /// `heartbeat` overridden by [`tool_settings`](Self::tool_settings), every other
+    /// field (and every setting not overridden) the attribute's. The call protocol reads
+    /// the settings from here.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the tool when an override makes, together with a value of
+    /// the attribute, a ttl shorter than the lease or a heartbeat not shorter than the
+    /// lease (E3). Relations among the attribute's own values are not checked here (the
+    /// attribute checks them at compile time).
+    pub fn effective_spec(&self, spec: &ToolSpec) -> Result<ToolSpec, Error> {
+        self.settings.apply(spec)
+    }
+
+    /// This engine's clock, settings and namespace with `store`.
     pub(crate) fn with_store(&self, store: Arc<dyn Store>) -> Self {
         Engine {
             store,
             clock: self.clock.clone(),
             namespace: self.namespace.clone(),
+            settings: self.settings.clone(),
         }
     }
 }
@@ -146,6 +183,8 @@ impl fmt::Debug for Engine {
 pub struct EngineBuilder {
     store: StoreChoice,
     clock: Option<Arc<dyn Clock>>,
+    tools: HashMap<String, ToolSettings>,
+    settings_from_env: bool,
     namespace: NamespaceChoice,
 }
 
@@ -214,14 +253,57 @@ impl EngineBuilder {
         self
     }
 
+    /// Overrides settings of the tool named `name` (its `#[idempotent]` name, K6) for
+    /// every call through the engine (E1); what `settings` leaves `None` keeps the
+    /// attribute's value (or the environment's, with
+    /// [`settings_from_env`](Self::settings_from_env)). Called again for the same tool, the
+    /// later call's `Some` values win. Checked by [`build`](Self::build).
+    ///
+    /// ```
+    /// # extern crate idem_runtime as idem_agent;
+    /// use std::time::Duration;
+    /// use idem_agent::{Engine, ToolSettings};
+    /// let engine = Engine::builder()
+    ///     .tool("send_refund", ToolSettings::new().with_lease(Duration::from_secs(120)))
+    ///     .build()?;
+    /// assert_eq!(engine.tool_settings("send_refund").lease, Some(Duration::from_secs(120)));
+    /// # Ok::<(), idem_agent::EngineConfigError>(())
+    /// ```
+    pub fn tool(mut self, name: impl Into<String>, settings: ToolSettings) -> Self {
+        let entry = self.tools.entry(name.into()).or_default();
+        *entry = ToolSettings {
+            ttl: settings.ttl.or(entry.ttl),
+            lease: settings.lease.or(entry.lease),
+            wait: settings.wait.or(entry.wait),
+            heartbeat: settings.heartbeat.or(entry.heartbeat),
+        };
+        self
+    }
+
+    /// Also reads tools' settings from the `IDEM_TOOL_<TOOL>_<SETTING>` environment
+    /// variables, when [`build`](Self::build) runs (E2; grammar in [`crate::settings`]).
+    /// The values given with [`tool`](Self::tool) win over them.
+    pub fn settings_from_env(mut self) -> Self {
+        self.settings_from_env = true;
+        self
+    }
+
     /// The engine.
     ///
     /// # Errors
-    /// For a locator (given, or read from `IDEM_STORE`): every [`StoreConfigError`] of
-    /// [`StoreLocator::parse`] and [`StoreLocator::open`], among them
-    /// [`StoreConfigError::FeatureDisabled`] naming the cargo feature to enable. The memory
-    /// store without the `memory` feature is `FeatureDisabled` too.
-    pub fn build(self) -> Result<Engine, StoreConfigError> {
+    /// Tools' settings (E3), checked before any store is opened:
+    /// [`EngineConfigError::InvalidDuration`] and [`EngineConfigError::UnknownSetting`]
+    /// for an `IDEM_TOOL_…` variable (with [`settings_from_env`](Self::settings_from_env)),
+    /// [`EngineConfigError::ZeroDuration`], [`EngineConfigError::TtlShorterThanLease`] and
+    /// [`EngineConfigError::HeartbeatNotShorterThanLease`] among one tool's overrides.
+    /// Then [`EngineConfigError::Store`] for a locator (given, or read from `IDEM_STORE`):
+    /// every [`StoreConfigError`] of [`StoreLocator::parse`] and [`StoreLocator::open`],
+    /// among them [`StoreConfigError::FeatureDisabled`] naming the cargo feature to
+    /// enable. The memory store without the `memory` feature is `FeatureDisabled` too.
+    /// Last, [`EngineConfigError::BadNamespace`] (or `NotUnicode` for `IDEM_NAMESPACE`)
+    /// for a namespace that is not 1–128 printable ASCII characters (K11).
+    pub fn build(self) -> Result<Engine, EngineConfigError> {
+        let settings = Arc::new(Overrides::build(self.tools, self.settings_from_env)?);
         let store = match self.store {
             StoreChoice::Given(store) => store,
             StoreChoice::Memory => StoreLocator::Memory.open()?,
@@ -238,6 +320,7 @@ impl EngineBuilder {
             store,
             clock,
             namespace,
+            settings,
         })
     }
 }
@@ -256,15 +339,17 @@ impl fmt::Debug for EngineBuilder {
         f.debug_struct("EngineBuilder")
             .field("store", &store)
             .field("clock", &self.clock)
+            .field("tools", &self.tools)
+            .field("settings_from_env", &self.settings_from_env)
             .finish_non_exhaustive()
     }
 }
 
 /// `text` as a namespace, or the error naming where it came from (K11).
-fn check_namespace(text: String, origin: &str) -> Result<Arc<str>, StoreConfigError> {
+fn check_namespace(text: String, origin: &str) -> Result<Arc<str>, EngineConfigError> {
     let printable = text.bytes().all(|b| (0x20..0x7f).contains(&b));
     if text.is_empty() || text.len() > NAMESPACE_MAX_LEN || !printable {
-        return Err(StoreConfigError::BadNamespace {
+        return Err(EngineConfigError::BadNamespace {
             origin: origin.to_owned(),
             namespace: text,
         });
@@ -273,11 +358,11 @@ fn check_namespace(text: String, origin: &str) -> Result<Arc<str>, StoreConfigEr
 }
 
 /// The namespace in `IDEM_NAMESPACE` now, checked; `None` when the variable is unset.
-fn read_env_namespace() -> Result<Option<Arc<str>>, StoreConfigError> {
+fn read_env_namespace() -> Result<Option<Arc<str>>, EngineConfigError> {
     match std::env::var(NAMESPACE_ENV_VAR) {
         Ok(text) => check_namespace(text, NAMESPACE_ENV_VAR).map(Some),
         Err(std::env::VarError::NotPresent) => Ok(None),
-        Err(std::env::VarError::NotUnicode(_)) => Err(StoreConfigError::NotUnicode {
+        Err(std::env::VarError::NotUnicode(_)) => Err(EngineConfigError::NotUnicode {
             variable: NAMESPACE_ENV_VAR.to_owned(),
         }),
     }
@@ -295,6 +380,18 @@ static DEFAULT_ENGINE: OnceLock<Engine> = OnceLock::new();
 /// The parse of `IDEM_STORE`, read once per process.
 static ENV_LOCATOR: OnceLock<Result<StoreLocator, StoreConfigError>> = OnceLock::new();
 
+/// The `IDEM_TOOL_<TOOL>_<SETTING>` variables, read once per process (E2).
+static ENV_SETTINGS: OnceLock<Result<Arc<Overrides>, EngineConfigError>> = OnceLock::new();
+
+/// The default engine's overrides (E2), as a store error when a variable is invalid: no
+/// call runs with settings other than those asked for.
+fn env_settings() -> Result<Arc<Overrides>, StoreError> {
+    ENV_SETTINGS
+        .get_or_init(|| Overrides::from_env().map(Arc::new))
+        .clone()
+        .map_err(|e| StoreError::new("config", StoreErrorKind::Unsupported, e.to_string()))
+}
+
 /// Serialises the first opening of the default store, so that racing first calls share one
 /// store (one pool, one connection) rather than each opening their own.
 static DEFAULT_INIT: Mutex<()> = Mutex::new(());
@@ -309,7 +406,9 @@ pub fn set_default_engine(engine: Engine) -> Result<(), Engine> {
 
 /// The process-wide default engine: the one set with [`set_default_engine`]; else the store
 /// named by `IDEM_STORE` (read once per process), with the system clock; else, with the
-/// variable unset, the in-memory store (feature `memory`).
+/// variable unset, the in-memory store (feature `memory`). Unless set with
+/// [`set_default_engine`], it overrides tools' settings from the
+/// `IDEM_TOOL_<TOOL>_<SETTING>` variables, read once per process (E2, [`crate::settings`]).
 ///
 /// A store that opened is kept for the life of the process. Redis and PostgreSQL stores
 /// connect on first use, inside the tokio runtime of that use.
@@ -317,7 +416,8 @@ pub fn set_default_engine(engine: Engine) -> Result<(), Engine> {
 /// # Errors
 /// A [`StoreError`] of kind `Unsupported` when `IDEM_STORE` is invalid or names a backend
 /// whose cargo feature is off (the message names the feature), or when the variable is
-/// unset and the `memory` feature is off; an open failure keeps its backend's kind. The
+/// unset and the `memory` feature is off, or when an `IDEM_TOOL_…` variable is invalid (the
+/// message is the [`EngineConfigError`]'s); an open failure keeps its backend's kind. The
 /// error repeats on every call: no body runs without its store (S10). An open failure
 /// (say, an SQLite file in a directory not yet mounted) is retried by the next call.
 pub fn default_engine() -> Result<Engine, StoreError> {
@@ -329,14 +429,17 @@ pub fn default_engine() -> Result<Engine, StoreError> {
         return Ok(engine.clone());
     }
     let locator = ENV_LOCATOR.get_or_init(read_env_locator).clone();
+    let settings = env_settings()?;
     let store = locator
         .and_then(|locator| locator.open())
         .map_err(|e| e.from_origin(STORE_ENV_VAR).into_store_error())?;
-    let namespace = read_env_namespace().map_err(StoreConfigError::into_store_error)?;
+    let namespace = read_env_namespace()
+        .map_err(|e| StoreError::new("config", StoreErrorKind::Unsupported, e.to_string()))?;
     let engine = Engine {
         store,
         clock: Arc::new(SystemClock),
         namespace,
+        settings,
     };
     Ok(DEFAULT_ENGINE.get_or_init(|| engine).clone())
 }
@@ -356,7 +459,8 @@ fn read_env_locator() -> Result<StoreLocator, StoreConfigError> {
 static TOOL_STORES: OnceLock<RwLock<HashMap<&'static str, Arc<dyn Store>>>> = OnceLock::new();
 
 /// The engine for a call to `tool` whose attribute names the store `locator`: that store,
-/// with the clock of `fallback` (the context's engine) or the system clock.
+/// with the clock and settings of `fallback` (the context's engine), else those of the
+/// default engine (the system clock and the environment's settings if it is not set yet).
 ///
 /// # Errors
 /// The locator's [`StoreConfigError`] as a [`StoreError`], naming the tool. A failure to
@@ -395,13 +499,14 @@ pub(crate) fn tool_engine(
     };
     Ok(match fallback {
         Some(engine) => engine.with_store(store),
-        None => Engine {
-            store,
-            clock: DEFAULT_ENGINE.get().map_or_else(
-                || Arc::new(SystemClock) as Arc<dyn Clock>,
-                |e| e.clock.clone(),
-            ),
-            namespace: DEFAULT_ENGINE.get().and_then(|e| e.namespace.clone()),
+        None => match DEFAULT_ENGINE.get() {
+            Some(default) => default.with_store(store),
+            None => Engine {
+                store,
+                clock: Arc::new(SystemClock),
+                settings: env_settings()?,
+                namespace: None,
+            },
         },
     })
 }

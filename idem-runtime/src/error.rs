@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::canonical::CanonicalError;
+use crate::key::IdempotencyKey;
 use crate::store::StoreError;
 
 /// An error of the idempotency layer (never a tool's own failure).
@@ -104,6 +105,11 @@ pub enum Error {
         tool: String,
         /// The store's error.
         source: StoreError,
+        /// The call's idempotency key (lowercase hex) when the store failed after the key
+        /// was derived (S13); `None` when no store could be had for the call at all.
+        /// Absent from the serialized form when `None`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<String>,
     },
 
     /// A saved outcome could not be decoded as this tool's return type (the type changed
@@ -116,6 +122,20 @@ pub enum Error {
         key: String,
         /// The decoder's message.
         reason: String,
+    },
+
+    /// The engine's run-time settings for this tool (E1, E2) are invalid together with
+    /// the attribute's values: an overridden lease longer than the attribute's ttl, an
+    /// overridden heartbeat not shorter than the attribute's lease, or the attribute's
+    /// heartbeat not shorter than an overridden lease (E3). Raised for every call of the
+    /// tool through that engine, before the key is derived: the body does not run. Not
+    /// retryable (fix the settings), never saved.
+    #[error("invalid run-time settings for tool `{tool}`: {message}")]
+    Config {
+        /// The tool's name.
+        tool: String,
+        /// What is wrong, naming the settings and where their values came from.
+        message: String,
     },
 }
 
@@ -133,6 +153,22 @@ fn outcome_unknown_message(
 }
 
 impl Error {
+    /// The idempotency key of the call, for every error raised after the key was derived
+    /// (S13): [`Mismatch`](Self::Mismatch), [`InProgress`](Self::InProgress),
+    /// [`OutcomeUnknown`](Self::OutcomeUnknown), [`Decode`](Self::Decode), and
+    /// [`Store`](Self::Store) once the call had its key. `None` for errors raised before
+    /// (`MissingScope`, `Canonical`, `Config`, a store that could not be had).
+    pub fn key(&self) -> Option<IdempotencyKey> {
+        match self {
+            Error::Mismatch { key, .. }
+            | Error::InProgress { key, .. }
+            | Error::OutcomeUnknown { key, .. }
+            | Error::Decode { key, .. } => IdempotencyKey::from_hex(key),
+            Error::Store { key, .. } => key.as_deref().and_then(IdempotencyKey::from_hex),
+            Error::MissingScope { .. } | Error::Canonical { .. } | Error::Config { .. } => None,
+        }
+    }
+
     /// Whether retrying the same call later (same key) can succeed: `InProgress`, and
     /// store errors the store marks transient. The dispatcher retries these (D3).
     pub fn is_transient(&self) -> bool {

@@ -31,6 +31,7 @@ pub mod macro_support;
 pub mod outcome;
 pub mod reconcile;
 pub mod scope;
+pub mod settings;
 pub mod spec;
 pub mod store;
 pub mod testkit;
@@ -49,6 +50,7 @@ pub use label::{RecordLabel, ScopePart, ScopePath};
 pub use outcome::{CallRecord, CallStatus, IdempotentError, ToolError, ToolOutput};
 pub use reconcile::{ReconcileVerdict, Reconciled};
 pub use scope::Scope;
+pub use settings::{EngineConfigError, Setting, ToolSettings};
 pub use spec::{OnCancel, ToolSpec};
 #[cfg(feature = "memory")]
 pub use store::MemoryStore;

@@ -20,8 +20,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_runtime::store::{
-    Claim, ClaimRequest, Completion, MarkUnknownRequest, OwnerToken, Record, RecordState,
-    RenewRequest, TakeoverRequest, POSTGRES_SCHEMA_VERSION,
+    Claim, ClaimRequest, Completion, ListQuery, MarkUnknownRequest, OwnerToken, PurgeOutcome,
+    Record, RecordState, RenewRequest, TakeoverRequest, POSTGRES_SCHEMA_VERSION,
 };
 use idem_runtime::{
     prepare, CallContext, Clock, Engine, Envelope, Fingerprint, IdempotencyKey,
@@ -382,7 +382,7 @@ async fn another_schema_version_is_refused() {
     });
     let ctx = h.ctx("conv_version");
     assert_eq!(refund(default_spec(), &ctx, &h.log, 1).await, Ok(100));
-    assert_eq!(POSTGRES_SCHEMA_VERSION, 2);
+    assert_eq!(POSTGRES_SCHEMA_VERSION, 3);
     let key = ctx.last_outcome().unwrap().key;
     for version in [99, 0] {
         schema.admin(&format!(
@@ -1075,10 +1075,11 @@ const SCHEMA_V1: &str = "
     CREATE INDEX records_expires_at ON {schema}.records (expires_at);
     INSERT INTO {schema}.meta (name, value) VALUES ('schema_version', 1);";
 
-// pins F1, S3, S10 (migration): a schema of version 1, written by hand as the older build wrote it,
-// is migrated in place on first use — by two stores starting together, once — and keeps every
-// record: an in-progress record (fence 1) can be taken over (fence 2) and completed, a completed
-// record replays its outcome byte for byte, an expired one is claimed again with fence 2
+// pins F1, S3, S10, P4 (migration): a schema of version 1, written by hand as the older build wrote
+// it, is upgraded in place to version 3 on first use — by two stores starting together, once — and
+// keeps every record: an in-progress record (fence 1, no label) can be taken over (fence 2,
+// labelled) and completed, a completed record replays its outcome byte for byte, an expired one
+// is claimed again with fence 2 and a label
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_1_schema_is_migrated_in_place() {
     let schema = Schema::fresh();
@@ -1111,8 +1112,8 @@ async fn a_version_1_schema_is_migrated_in_place() {
              WHERE table_schema = '{}' AND table_name = 'records'",
             schema.name
         )),
-        Some("10".to_owned()),
-        "fence and unknown_since added"
+        Some("14".to_owned()),
+        "fence, unknown_since and the four label columns added"
     );
     assert_eq!(
         done_record,
@@ -1163,7 +1164,8 @@ async fn a_version_1_schema_is_migrated_in_place() {
         label: &LABEL,
     };
     assert_eq!(second.take_over(takeover).await, Ok(true));
-    assert_eq!(record(&first, &running, 5_000).await.fence, 2);
+    let taken = record(&first, &running, 5_000).await;
+    assert_eq!((taken.fence, taken.label.as_ref()), (2, Some(&*LABEL)));
     assert_eq!(
         first
             .complete(&running, successor, &ok_envelope(), at(5_100))
@@ -1182,7 +1184,11 @@ async fn a_version_1_schema_is_migrated_in_place() {
             .await,
         Ok(Claim::Acquired { fence: 2 })
     );
-    // a store opened later finds version 2 and changes nothing
+    assert_eq!(
+        record(&first, &expired, 5_000).await.label.as_ref(),
+        Some(&*LABEL)
+    );
+    // a store opened later finds version 3 and changes nothing
     let third = schema.store();
     assert_eq!(record(&third, &done, 5_000).await, done_record);
     assert_eq!(schema.version(), Some(POSTGRES_SCHEMA_VERSION));
@@ -1219,5 +1225,340 @@ async fn a_failed_migration_changes_nothing() {
     assert_eq!(
         schema.admin_value("SELECT fence FROM {schema}.records"),
         Some("x".to_owned())
+    );
+}
+
+// ---- labels, the version 2 upgrade, and inspection served by indexes (issue 9) ----
+
+/// The schema of version 2 (fencing tokens and unknown outcomes, no labels), as that build
+/// created it.
+const SCHEMA_V2: &str = "
+    CREATE SCHEMA {schema};
+    CREATE TABLE {schema}.meta (name TEXT PRIMARY KEY, value BIGINT NOT NULL);
+    CREATE TABLE {schema}.records (
+        key           TEXT PRIMARY KEY,
+        fingerprint   TEXT NOT NULL,
+        created_at    BIGINT NOT NULL,
+        expires_at    BIGINT NOT NULL,
+        owner         TEXT,
+        lease_until   BIGINT,
+        outcome       TEXT,
+        completed_at  BIGINT,
+        fence         BIGINT NOT NULL DEFAULT 1,
+        unknown_since BIGINT,
+        CHECK ((owner IS NOT NULL AND lease_until IS NOT NULL
+                AND outcome IS NULL AND completed_at IS NULL)
+            OR (owner IS NULL AND lease_until IS NULL
+                AND outcome IS NOT NULL AND completed_at IS NOT NULL)),
+        CONSTRAINT records_fence_positive CHECK (fence >= 1),
+        CONSTRAINT records_unknown_has_owner CHECK (unknown_since IS NULL OR owner IS NOT NULL)
+    );
+    CREATE INDEX records_expires_at ON {schema}.records (expires_at);
+    INSERT INTO {schema}.meta (name, value) VALUES ('schema_version', 2);";
+
+/// The names of the indexes on `schema`'s records table, sorted.
+fn record_indexes(schema: &Schema) -> String {
+    schema
+        .admin_value(&format!(
+            "SELECT string_agg(indexname, ',' ORDER BY indexname) FROM pg_indexes
+             WHERE schemaname = '{}' AND tablename = 'records'",
+            schema.name
+        ))
+        .unwrap_or_default()
+}
+
+// pins P4, S3, F1, I3, I5: a schema of version 2, written by hand as that build wrote it, is
+// upgraded in place to version 3 on first use (four label columns, three listing indexes);
+// a call saved before the upgrade replays through the engine (the body does not run) and reads,
+// lists and counts with no label; a new call stores its label; a record whose outcome is unknown
+// keeps its state and fence, and a takeover labels it
+#[tokio::test]
+async fn a_version_2_schema_is_upgraded_in_place() {
+    // the outcome a version 2 build saved for a call: made here by a current store, copied
+    let donor = Harness::on(postgres());
+    let ctx = donor.ctx("conv_v2");
+    assert_eq!(refund(default_spec(), &ctx, &donor.log, 1).await, Ok(100));
+    let key = ctx.last_outcome().unwrap().key;
+    let saved = donor.store.read(&key, donor.now()).await.unwrap().unwrap();
+    let RecordState::Completed { outcome, .. } = &saved.state else {
+        panic!("completed: {saved:?}")
+    };
+
+    let schema = Schema::fresh();
+    schema.admin(SCHEMA_V2);
+    let h = Harness::on(TestStore {
+        store: Arc::new(schema.store()),
+        keep: None,
+    });
+    let now = h.now().as_millis();
+    let (unknown, owner) = (raw_key(50), OwnerToken::random());
+    schema.admin(&format!(
+        "INSERT INTO {{schema}}.records VALUES
+            ('{key}', '{f}', {now}, {expires}, NULL, NULL, '{outcome}', {now}, 3, NULL),
+            ('{unknown}', '{f}', {now}, {expires}, '{owner}', {lease}, NULL, NULL, 2, {now});",
+        f = saved.fingerprint.as_str(),
+        expires = now + 86_400_000,
+        outcome = outcome.as_str().replace('\'', "''"),
+        owner = owner.to_hex(),
+        lease = now + 60_000,
+    ));
+    assert_eq!(schema.version(), Some(2));
+
+    assert_eq!(
+        refund(default_spec(), &h.ctx("conv_v2"), &h.log, 1).await,
+        Ok(100)
+    );
+    assert_eq!(h.log.len(), 0, "replayed: the body did not run");
+    assert_eq!(schema.version(), Some(POSTGRES_SCHEMA_VERSION));
+    assert_eq!(
+        schema.admin_value(&format!(
+            "SELECT string_agg(column_name, ',' ORDER BY ordinal_position)
+             FROM information_schema.columns
+             WHERE table_schema = '{}' AND table_name = 'records' AND ordinal_position > 10",
+            schema.name
+        )),
+        Some("tool,namespace,scope,key_args".to_owned())
+    );
+    assert_eq!(
+        record_indexes(&schema),
+        "records_created,records_expires_at,records_pkey,records_scope,records_tool_created"
+    );
+    let old = h.store.read(&key, h.now()).await.unwrap().unwrap();
+    assert_eq!((old.fence, old.label), (3, None));
+    let held = h.store.read(&unknown, h.now()).await.unwrap().unwrap();
+    assert!(
+        matches!(held.state, RecordState::OutcomeUnknown { .. }),
+        "{held:?}"
+    );
+    assert_eq!((held.fence, held.label), (2, None));
+
+    // a new call is labelled; the listing and the counts show the old records unlabelled
+    let ctx = h.ctx("conv_v2");
+    assert_eq!(refund(default_spec(), &ctx, &h.log, 2).await, Ok(200));
+    let new_key = ctx.last_outcome().unwrap().key;
+    let new = h.store.read(&new_key, h.now()).await.unwrap().unwrap();
+    assert_eq!(
+        new.label,
+        Some(idem_runtime::RecordLabel::new(
+            "send_refund",
+            idem_runtime::ScopePath::new().with("conversation", "conv_v2")
+        ))
+    );
+    let listed = h.store.list(&ListQuery::new(), h.now()).await.unwrap();
+    assert_eq!(listed.records.len(), 3);
+    let labelled: Vec<_> = listed
+        .records
+        .iter()
+        .map(|r| (r.key.clone(), r.record.label.is_some()))
+        .collect();
+    assert!(labelled.contains(&(key.clone(), false)), "{labelled:?}");
+    assert!(labelled.contains(&(new_key.clone(), true)), "{labelled:?}");
+    let by_tool = |tool: &str| {
+        let query = ListQuery::new().tool(tool);
+        let store = h.store.clone();
+        let now = h.now();
+        async move { store.list(&query, now).await.unwrap().records.len() }
+    };
+    assert_eq!(by_tool("send_refund").await, 1);
+    assert_eq!(
+        by_tool("").await,
+        2,
+        "unlabelled records list under the tool \"\""
+    );
+    let stats = h.store.stats(h.now()).await.unwrap();
+    assert_eq!(stats.by_tool[""].completed, 1);
+    assert_eq!(stats.by_tool[""].outcome_unknown, 1);
+    assert_eq!(stats.by_tool["send_refund"].completed, 1);
+
+    // a takeover of the unknown outcome labels it
+    let takeover = TakeoverRequest {
+        key: &unknown,
+        seen_owner: owner,
+        seen_lease_until: at(now + 60_000),
+        owner: OwnerToken::random(),
+        now: h.now(),
+        lease_until: at(now + 120_000),
+        expires_at: at(now + 86_400_000),
+        fence: 3,
+        label: &LABEL,
+    };
+    assert_eq!(h.store.take_over(takeover).await, Ok(true));
+    let taken = h.store.read(&unknown, h.now()).await.unwrap().unwrap();
+    assert_eq!((taken.fence, taken.label.as_ref()), (3, Some(&*LABEL)));
+}
+
+/// Fills `schema`'s records table with `rows` completed records, analysed: tool
+/// `tool_<n % 20>`, scope `conversation=c-<n % 500>` (every other one within a call),
+/// created at `1000 + n`, live until 10¹².
+fn fill(schema: &Schema, rows: u64) {
+    schema.admin(&format!(
+        "INSERT INTO {{schema}}.records
+             (key, fingerprint, created_at, expires_at, outcome, completed_at, tool, scope)
+         SELECT lpad(to_hex(g), 64, '0'), repeat('07', 32), 1000 + g, 1000000000000,
+                '{{\"ok\":1}}', 1000 + g, 'tool_' || (g % 20),
+                'conversation=c-' || (g % 500)
+                    || CASE WHEN g % 2 = 0 THEN '/call=x' || g ELSE '' END
+         FROM generate_series(1, {rows}) AS g;
+         ANALYZE {{schema}}.records;"
+    ));
+}
+
+// pins I3: listings are served by indexes, not by scanning the table: on 20 000 analysed records,
+// a tool filter reads `records_tool_created`, a scope prefix `records_scope`, the bare listing
+// and a page after a cursor `records_created` (the plans are the server's own, through
+// `explain_list`); and the scope prefix matches whole parts only (`c-7` is not `c-70`, `c-7.5`
+// or `c-7/x`)
+#[tokio::test]
+async fn listings_are_served_by_indexes() {
+    let schema = Schema::fresh();
+    let store = schema.store();
+    let now = at(5_000_000);
+    assert_eq!(store.stats(now).await.unwrap().total.total(), 0);
+    fill(&schema, 20_000);
+    for (n, value) in [(1u64, "c-7.5"), (2, "c-7/x"), (3, "c-7")] {
+        let label = idem_runtime::RecordLabel::new(
+            "tool_3",
+            idem_runtime::ScopePath::new().with("conversation", value),
+        );
+        let key = raw_key(1_000_000 + n);
+        let claim = ClaimRequest {
+            label: &label,
+            ..claim_at(&key, OwnerToken::random(), 4_000_000, 4_100_000, 9_000_000)
+        };
+        assert!(matches!(
+            store.claim(claim).await,
+            Ok(Claim::Acquired { .. })
+        ));
+    }
+
+    let c7 = ListQuery::new().scope(idem_runtime::ScopePath::new().with("conversation", "c-7"));
+    let cursor = store
+        .list(&ListQuery::new().limit(10), now)
+        .await
+        .unwrap()
+        .next;
+    let after = ListQuery::new()
+        .limit(10)
+        .after(cursor.expect("more than a page"));
+    for (name, query, index) in [
+        (
+            "tool",
+            ListQuery::new().tool("tool_3"),
+            "records_tool_created",
+        ),
+        ("scope", c7.clone(), "records_scope"),
+        ("everything", ListQuery::new(), "records_created"),
+        ("after a cursor", after, "records_created"),
+    ] {
+        let plan = store.explain_list(&query, now).await.unwrap();
+        eprintln!("{name}:\n{plan}\n");
+        assert!(plan.contains(index), "{name}: {plan}");
+        assert!(!plan.contains("Seq Scan"), "{name}: {plan}");
+    }
+
+    // 20 000 / 500 = 40 filled records in c-7 (none in c-70…c-79), and the claim in c-7
+    let listed = store.list(&c7.clone().limit(1000), now).await.unwrap();
+    assert_eq!(listed.records.len(), 41);
+    assert_eq!(listed.next, None);
+    for r in &listed.records {
+        let scope = r.record.label.as_ref().unwrap().scope.to_string();
+        assert!(
+            scope == "conversation=c-7" || scope.starts_with("conversation=c-7/"),
+            "{scope}"
+        );
+    }
+    let page = store
+        .list(&ListQuery::new().tool("tool_3").limit(5), now)
+        .await
+        .unwrap();
+    let created: Vec<u64> = page
+        .records
+        .iter()
+        .map(|r| r.record.created_at.as_millis())
+        .collect();
+    assert_eq!(
+        created,
+        [4_000_000, 4_000_000, 4_000_000, 20_983, 20_963],
+        "newest first"
+    );
+}
+
+// pins I3, I4, I5: each inspection operation is one statement: one round trip once its statement
+// is prepared on the connection, two before (a listing prepares one per combination of filters)
+#[tokio::test]
+async fn inspection_costs_one_round_trip() {
+    let schema = Schema::fresh();
+    let store = schema.store();
+    let now = at(5_000);
+    let key = raw_key(60);
+    assert!(matches!(
+        store
+            .claim(claim_at(&key, OwnerToken::random(), 1_000, 2_000, 90_000))
+            .await,
+        Ok(Claim::Acquired { fence: 1 })
+    ));
+    let by_tool = ListQuery::new().tool("conformance");
+    // one task at a time: the pool hands out its one connection every time
+    for (round, expected) in [("first", 2), ("prepared", 1)] {
+        let (page, cost) = costs(&store, store.list(&by_tool, now)).await;
+        assert_eq!(page.unwrap().records.len(), 1);
+        assert_eq!(cost, expected, "{round} list");
+        let (stats, cost) = costs(&store, store.stats(now)).await;
+        assert_eq!(stats.unwrap().total.in_progress, 1);
+        assert_eq!(cost, expected, "{round} stats");
+        let (kept, cost) = costs(&store, store.purge(&key, false, now)).await;
+        assert!(matches!(kept, Ok(PurgeOutcome::Kept(_))), "{kept:?}");
+        assert_eq!(cost, expected, "{round} purge");
+        let (counts, cost) = costs(&store, store.purge_matching(&by_tool, false, now)).await;
+        assert_eq!(counts.map(|c| (c.deleted, c.kept)), Ok((0, 1)));
+        assert_eq!(cost, expected, "{round} purge_matching");
+    }
+    // another combination of filters is another statement: prepared once, then one trip
+    let by_scope = ListQuery::new().scope(LABEL.scope.clone());
+    let (_, cost) = costs(&store, store.list(&by_scope, now)).await;
+    assert_eq!(cost, 2);
+    let (_, cost) = costs(&store, store.list(&by_scope.clone().limit(5), now)).await;
+    assert_eq!(cost, 1, "the page size is a parameter");
+}
+
+// pins I4, G1: a purge deletes only a live record: an expired one is absent (left to garbage
+// collection, judged by the server's clock too); with force, an in-progress one goes and the
+// key is claimed afresh (fence 1)
+#[tokio::test]
+async fn purge_leaves_expired_rows_to_garbage_collection() {
+    let schema = Schema::fresh();
+    let store = schema.store();
+    let key = raw_key(70);
+    let first = OwnerToken::random();
+    assert!(store
+        .claim(claim_at(&key, first, 1_000, 2_000, 3_000))
+        .await
+        .is_ok());
+    assert_eq!(
+        store.purge(&key, true, at(3_000)).await,
+        Ok(PurgeOutcome::Absent)
+    );
+    assert_eq!(
+        schema.admin_value("SELECT count(*) FROM {schema}.records"),
+        Some("1".to_owned()),
+        "the expired row stays"
+    );
+    assert_eq!(
+        store
+            .claim(claim_at(&key, OwnerToken::random(), 3_000, 4_000, 9_000))
+            .await,
+        Ok(Claim::Acquired { fence: 2 })
+    );
+    match store.purge(&key, true, at(3_500)).await {
+        Ok(PurgeOutcome::Deleted(record)) => {
+            assert_eq!((record.fence, record.label.as_ref()), (2, Some(&*LABEL)))
+        }
+        other => panic!("deleted with force: {other:?}"),
+    }
+    assert_eq!(
+        store
+            .claim(claim_at(&key, OwnerToken::random(), 3_600, 4_000, 9_000))
+            .await,
+        Ok(Claim::Acquired { fence: 1 })
     );
 }

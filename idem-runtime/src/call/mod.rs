@@ -42,7 +42,8 @@ use acquire::{Acquired, Lifetime};
 /// One call, keyed and ready to run: the output of [`prepare`].
 #[derive(Debug)]
 pub struct PreparedCall {
-    spec: &'static ToolSpec,
+    /// The tool's spec with the engine's run-time settings applied (E1).
+    spec: ToolSpec,
     engine: Engine,
     context: Option<CallContext>,
     key: IdempotencyKey,
@@ -54,9 +55,13 @@ pub struct PreparedCall {
 /// force): the carried key of the attempt record if it has one for this tool (K9),
 /// otherwise scope value, then arguments (filled by `fill`), then key and fingerprint.
 ///
+/// The call's settings are the engine's effective ones ([`Engine::effective_spec`], E1).
+/// As soon as the key is derived (or carried), it is published on the context
+/// ([`CallContext::last_key`], S13).
+///
 /// # Errors
-/// [`Error::MissingScope`] (K7), [`Error::Canonical`] (K2, K3), or [`Error::Store`] when
-/// no engine is available. None of them runs the body.
+/// [`Error::MissingScope`] (K7), [`Error::Canonical`] (K2, K3), [`Error::Config`] (E3), or
+/// [`Error::Store`] when no engine is available. None of them runs the body.
 pub fn prepare<F>(
     spec: &'static ToolSpec,
     context: Option<&CallContext>,
@@ -78,9 +83,14 @@ where
     .map_err(|source| Error::Store {
         tool: spec.name.to_owned(),
         source,
+        key: None,
     })?;
+    let spec = engine.effective_spec(spec)?;
     let attempt = context.as_ref().and_then(|c| c.take_attempt_for(spec.name));
     if let Some(carried) = attempt.and_then(|a| a.derived()) {
+        if let Some(context) = &context {
+            context.set_last_key(&carried.key);
+        }
         return Ok(PreparedCall {
             spec,
             engine,
@@ -106,6 +116,9 @@ where
         scope,
         key_args: spec.audit.then(|| key_args.as_str().to_owned()),
     };
+    if let Some(context) = &context {
+        context.set_last_key(&key);
+    }
     if let Some(attempt) = attempt {
         attempt.remember(DerivedKey {
             tool: spec.name.to_owned(),
@@ -272,6 +285,7 @@ impl PreparedCall {
         Error::Store {
             tool: self.spec.name.to_owned(),
             source,
+            key: Some(self.key.to_string()),
         }
     }
 

@@ -137,16 +137,6 @@ pub enum StoreConfigError {
         /// The variable's name.
         variable: String,
     },
-    /// A namespace (K11) that is empty, longer than
-    /// [`NAMESPACE_MAX_LEN`](crate::engine::NAMESPACE_MAX_LEN) bytes, or not printable
-    /// ASCII.
-    #[error("namespace {namespace:?} from {origin} must be 1 to 128 printable ASCII characters")]
-    BadNamespace {
-        /// Where it came from: `the builder` or `IDEM_NAMESPACE`.
-        origin: String,
-        /// The namespace as given.
-        namespace: String,
-    },
 }
 
 fn shown_origin(origin: &Option<String>) -> String {
@@ -168,7 +158,7 @@ impl StoreConfigError {
             | StoreConfigError::BadOption { origin, .. }
             | StoreConfigError::FeatureDisabled { origin, .. }
             | StoreConfigError::Open { origin, .. } => *origin = from,
-            StoreConfigError::NotUnicode { .. } | StoreConfigError::BadNamespace { .. } => {}
+            StoreConfigError::NotUnicode { .. } => {}
         }
         self
     }

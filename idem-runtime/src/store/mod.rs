@@ -508,8 +508,12 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     ///   prepared statement, or one simple-query batch), plus one for preparing a statement
     ///   the pooled connection has not prepared yet (each statement is prepared once per
     ///   connection). The schema set-up on a store's first use counts its statements
-    ///   (`BEGIN`, the advisory lock, the creation batch, the version read and write,
-    ///   `COMMIT`). Opening and authenticating pooled connections is not counted.
+    ///   (`BEGIN`, the advisory lock, the creation or upgrade batch, the version read and
+    ///   write, `COMMIT`). [`list`](Store::list), [`purge`](Store::purge),
+    ///   [`purge_matching`](Store::purge_matching) and [`stats`](Store::stats) are one
+    ///   statement each; a listing and a purge by filter are one statement text per
+    ///   combination of filters set, each prepared once per connection. Opening and
+    ///   authenticating pooled connections is not counted.
     /// - **SQLite**: one transaction or single statement against the file (a claim is one
     ///   `BEGIN IMMEDIATE` … `COMMIT` transaction; take over, renew, mark unknown, complete,
     ///   release, read and `SqliteStore::collect_garbage` one statement each; of the

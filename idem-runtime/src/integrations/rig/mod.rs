@@ -417,6 +417,9 @@ where
         let prepared = prepare(spec, Some(&own), |builder| {
             self.selection.fill(builder, &args)
         })?;
+        if let Some(host) = &host {
+            host.set_last_key(prepared.key()); // S13
+        }
         let tool = &self.tool;
         let outcome = prepared
             .run(async {

@@ -194,6 +194,11 @@ fn describe(error: &Error, refused: Refused<'_>) -> (&'static str, Option<u64>, 
             None,
             format!("the arguments of tool `{tool}` cannot be keyed: {source}; the tool did not run"),
         ),
+        Error::Config { tool, message } => (
+            "bad_configuration",
+            None,
+            format!("the idempotency settings of tool `{tool}` are invalid: {message}; the tool did not run"),
+        ),
         Error::Decode {
             tool, key, reason, ..
         } => (

@@ -3,7 +3,7 @@
 //! Enabled by the `postgres` cargo feature. Built on [`tokio_postgres`] 0.7 with a
 //! [`deadpool_postgres`] 0.14 connection pool (16 connections, plain TCP without TLS).
 //!
-//! # Schema (version 2)
+//! # Schema (version 3)
 //!
 //! Created on first use, inside one transaction holding a transaction-level advisory
 //! lock (so that stores starting together do not race), in the schema given to
@@ -13,7 +13,7 @@
 //! CREATE SCHEMA IF NOT EXISTS idem;
 //! CREATE TABLE idem.meta (
 //!     name  TEXT PRIMARY KEY,               -- 'schema_version'
-//!     value BIGINT NOT NULL                 -- 2
+//!     value BIGINT NOT NULL                 -- 3
 //! );
 //! CREATE TABLE idem.records (
 //!     key           TEXT PRIMARY KEY,        -- the idempotency key (64 hex digits)
@@ -31,42 +31,68 @@
 //!         OR (owner IS NULL AND lease_until IS NULL
 //!             AND outcome IS NOT NULL AND completed_at IS NOT NULL)),
 //!     CONSTRAINT records_fence_positive CHECK (fence >= 1),
-//!     CONSTRAINT records_unknown_has_owner CHECK (unknown_since IS NULL OR owner IS NOT NULL)
+//!     CONSTRAINT records_unknown_has_owner CHECK (unknown_since IS NULL OR owner IS NOT NULL),
+//!     tool          TEXT,                    -- label (P1): the tool's name
+//!     namespace     TEXT,                    -- label: the engine's namespace (K11), if any
+//!     scope         TEXT COLLATE "C",        -- label: the scope path's text (`tenant=acme/…`)
+//!     key_args      TEXT                     -- label: audited key arguments (P2), if opted in
 //! );
 //! CREATE INDEX records_expires_at ON idem.records (expires_at);
+//! CREATE INDEX records_created ON idem.records (created_at, key COLLATE "C");
+//! CREATE INDEX records_tool_created ON idem.records (tool, created_at, key COLLATE "C");
+//! CREATE INDEX records_scope ON idem.records (scope);
 //! ```
 //!
 //! A row is in progress when `owner` is set and `unknown_since` is not, outcome unknown
 //! when both are set (it keeps the owner and the lease that gave up), and completed when
-//! `outcome` is set. Times are whole milliseconds since the Unix epoch, the unit of
+//! `outcome` is set. The label columns are written by every claim and takeover (P1) and are
+//! all `NULL` in a row written before version 3, which reads with no label (P4). Times are
+//! whole milliseconds since the Unix epoch, the unit of
 //! [`Timestamp`]; an instant at or past `i64::MAX` ms is stored as `i64::MAX` (as in the
 //! SQLite store), and so is a fence past `i64::MAX`. The outcome is `TEXT`, not `JSONB`, so
 //! that it reads back byte for byte (S11). Keys, fingerprints, owners, outcomes, times and
 //! fences are always bound as parameters; the schema name is the only name in the SQL
 //! text, and it must be a plain lowercase identifier (checked, then quoted).
 //!
-//! ## Migration from version 1
+//! ## Upgrades from versions 1 and 2 (P4)
 //!
-//! Version 1 (this crate before fencing tokens) had no `fence` and no `unknown_since`. A
-//! store that finds version 1 migrates it in place, in the same transaction and under the
-//! same advisory lock as the creation (so concurrent first uses migrate once):
+//! Version 1 (this crate before fencing tokens) had no `fence` and no `unknown_since`;
+//! version 2 (before labels) had neither the label columns nor the listing indexes. A
+//! store that finds either upgrades it in place to version 3, in one batch inside the same
+//! transaction and under the same advisory lock as the creation (so concurrent first uses
+//! upgrade once), version 1 first taking the step to version 2:
 //!
 //! ```sql
+//! -- version 1 only:
 //! ALTER TABLE idem.records
 //!     ADD COLUMN fence BIGINT NOT NULL DEFAULT 1,
 //!     ADD COLUMN unknown_since BIGINT,
 //!     ADD CONSTRAINT records_fence_positive CHECK (fence >= 1) NOT VALID,
 //!     ADD CONSTRAINT records_unknown_has_owner
 //!         CHECK (unknown_since IS NULL OR owner IS NOT NULL) NOT VALID;
-//! UPDATE idem.meta SET value = 2 WHERE name = 'schema_version' AND value = 1;
+//! -- versions 1 and 2:
+//! ALTER TABLE idem.records
+//!     ADD COLUMN IF NOT EXISTS tool TEXT,
+//!     ADD COLUMN IF NOT EXISTS namespace TEXT,
+//!     ADD COLUMN IF NOT EXISTS scope TEXT COLLATE "C",
+//!     ADD COLUMN IF NOT EXISTS key_args TEXT;
+//! CREATE INDEX IF NOT EXISTS records_created ON idem.records (created_at, key COLLATE "C");
+//! CREATE INDEX IF NOT EXISTS records_tool_created
+//!     ON idem.records (tool, created_at, key COLLATE "C");
+//! CREATE INDEX IF NOT EXISTS records_scope ON idem.records (scope);
+//! UPDATE idem.meta SET value = 3 WHERE name = 'schema_version' AND value IN (1, 2);
 //! ```
 //!
-//! Every record is kept: in progress and completed records read back as before, each with
-//! fence 1. From PostgreSQL 11 on, the migration rewrites and scans no row (a constant
-//! default; the checks hold for every old row, so they are `NOT VALID`). Stop the
-//! processes of the older build before the first process of this one starts: the older
-//! build knows neither column. A schema of a version other than 1 or 2 is refused, and
-//! left untouched, with [`StoreErrorKind::Unsupported`].
+//! Every record is kept: in progress, outcome unknown and completed records read back and
+//! replay as before, with no label (and, from version 1, fence 1). From PostgreSQL 11 on,
+//! adding the columns rewrites and scans no row (a constant default or none; the checks
+//! hold for every old row, so they are `NOT VALID`). Building the three indexes reads the
+//! table once and blocks writes to it until the set-up commits: for a large table, build
+//! them beforehand with `CREATE INDEX CONCURRENTLY` under these names (the upgrade keeps
+//! indexes that exist). Stop the processes of the older build before the first process of
+//! this one starts: the older build does not write labels (its records would list without
+//! one) and a version 1 build knows no fence. A schema of a version other than 1, 2 or 3
+//! is refused, and left untouched, with [`StoreErrorKind::Unsupported`].
 //!
 //! # Operations (S2, S6, S8, F1, L1, U1)
 //!
@@ -89,6 +115,7 @@
 //!   seen lease and accepts a row in progress or outcome unknown, storing the caller's
 //!   fence; renew, mark unknown, complete and release accept only a row in progress
 //!   (`unknown_since IS NULL`).
+//! - claim and take over write the label columns of the call (P1); every read decodes them.
 //! - expiry is compared with the `now` the engine passes in, never the server's clock.
 //! - garbage collection (G1) is judged by the caller's clock *and* the server's: a row is
 //!   deleted only once its `expires_at` and, unless completed, its `lease_until` lie at or
@@ -101,17 +128,56 @@
 //!
 //! Each statement is prepared once per pooled connection and then costs one round trip:
 //! a first execution costs two (claim, complete), a replay one (claim), a renewal (the
-//! heartbeat) and a mark unknown one each. [`Store::round_trips`] counts every statement
+//! heartbeat) and a mark unknown one each; a listing, a purge, a purge by filter and the
+//! counts one each. [`Store::round_trips`] counts every statement
 //! exchange, including each prepare of a statement that the connection has not prepared
 //! yet and the schema set-up statements (`BEGIN`, advisory lock, creation batch, version
-//! read and write, `COMMIT`; a migration counts as the creation batch, and a schema of the
+//! read and write, `COMMIT`; an upgrade counts as the creation batch, and a schema of the
 //! current version skips both); the background collection's statement counts too;
 //! opening and authenticating a pooled connection is not counted. Clones share the count.
+//!
+//! # Inspection (I3–I5)
+//!
+//! [`Store::list`], [`Store::purge`], [`Store::purge_matching`] and [`Store::stats`] are one
+//! statement each, and judge expiry by the `now` passed in. A listing's statement is built
+//! from the filters the query sets, with every value bound as a parameter:
+//!
+//! ```sql
+//! SELECT key, … FROM idem.records
+//! WHERE expires_at > $now
+//!   AND tool = $tool                                         -- if given
+//!   AND namespace = $namespace                               -- if given
+//!   AND (scope = $p OR (scope >= $p || '/' AND scope < $p || '0'))   -- a scope prefix
+//!   AND outcome IS NOT NULL                                  -- or the other states
+//!   AND created_at >= $from AND created_at < $before         -- if given
+//!   AND (created_at, key COLLATE "C") < ($cursor_created_at, $cursor_key)  -- next pages
+//! ORDER BY created_at DESC, key COLLATE "C" DESC LIMIT $page_size + 1
+//! ```
+//!
+//! The scope prefix is matched on the path's text in byte order (`scope` is `COLLATE
+//! "C"`): parts are joined by `/` and values percent-encode `/`, so the paths whose parts
+//! begin with the prefix's are the prefix itself and the texts from `prefix/` up to, not
+//! including, `prefix0` (`0` is the byte after `/`): an equality and a range of
+//! `records_scope`, exact. No `LIKE`: a `_` or `%` in a scope value would be a wildcard
+//! there. Without a scope, a listing walks `records_created` (or, with a tool,
+//! `records_tool_created`) backwards from the cursor and stops after a page: its cost is
+//! the page, plus the rows the other filters skip. With a scope, the matching rows are
+//! fetched from `records_scope` and sorted: its cost is the records under the
+//! prefix. Each combination of filters set is one statement text, prepared once per
+//! pooled connection; [`PostgresStore::explain_list`] shows the server's plan.
+//!
+//! A purge deletes one key's live row if completed, or with `force` (`DELETE …
+//! RETURNING`), and answers the kept row in the same statement; an expired row is left to
+//! garbage collection. A purge by filter deletes the matching live rows in one statement
+//! (completed ones only without `force`) and counts the ones it kept from the same
+//! snapshot; the cursor and page size do not apply. Counts are one `GROUP BY tool, state`
+//! over the live rows (a scan: cost in the live records).
 //!
 //! # Outages and timeouts (S10)
 //!
 //! Connecting and waiting for a pooled connection time out after 5 s each, and every
-//! operation (claim, take over, renew, mark unknown, complete, release, read) fails with
+//! operation (claim, take over, renew, mark unknown, complete, release, read, list, purge,
+//! counts; not a purge by filter, nor [`PostgresStore::collect_garbage`]) fails with
 //! [`StoreErrorKind::Unavailable`] after [`OPERATION_TIMEOUT`] (10 s) at most, also when the
 //! server stops answering without closing its connections; then the idle pooled
 //! connections are closed so that the next operation connects afresh. A server that is down
@@ -141,11 +207,13 @@
 //!
 //! # Modules
 //!
-//! `schema` (creation, version check, migration), `sql` (the operations' statements),
-//! `ops` (connections, prepared statements, the claim, decoding rows), `runtime` (each
-//! operation a task bounded in time) and `errors` (typed errors).
+//! `schema` (creation, version check, upgrades), `sql` (the operations' statements),
+//! `ops` (connections, prepared statements, the claim, decoding rows), `inspect` (listing,
+//! purging and counting: the statements built from filters), `runtime` (each operation a
+//! task bounded in time) and `errors` (typed errors).
 
 mod errors;
+mod inspect;
 mod ops;
 mod runtime;
 mod schema;
@@ -163,11 +231,13 @@ use tokio_postgres::NoTls;
 
 use super::in_flight::Undo;
 use super::locator::redact_url as redact;
+use super::sql_row::SqlLabel;
 #[cfg(doc)]
 use super::StoreErrorKind;
 use super::{
-    Claim, ClaimRequest, Completion, MarkUnknownRequest, OwnerToken, Record, RenewRequest, Store,
-    StoreError, StoreFuture, TakeoverRequest, GC_DRIFT_MARGIN_MS,
+    Claim, ClaimRequest, Completion, ListPage, ListQuery, MarkUnknownRequest, OwnerToken,
+    PurgeCounts, PurgeOutcome, Record, RenewRequest, Store, StoreError, StoreFuture, StoreStats,
+    TakeoverRequest, GC_DRIFT_MARGIN_MS,
 };
 use crate::clock::Timestamp;
 use crate::envelope::Envelope;
@@ -189,8 +259,8 @@ const POOL_SIZE: usize = 16;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long one operation (claim, take over, renew, mark unknown, complete, release,
-/// read: waiting for a pooled connection, connecting, and its statements) may take before
-/// it fails with [`StoreErrorKind::Unavailable`]: 10 s.
+/// read, list, purge, counts: waiting for a pooled connection, connecting, and its
+/// statements) may take before it fails with [`StoreErrorKind::Unavailable`]: 10 s.
 pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How many claims of one store between two garbage collections.
@@ -389,13 +459,18 @@ impl Store for PostgresStore {
             to_sql(req.lease_until),
             to_sql(req.expires_at),
         ];
+        let label = SqlLabel::of(req.label);
         let undo = Undo {
             key: req.key.clone(),
             owner: req.owner,
             acquired: |claim: &Claim| matches!(claim, Claim::Acquired { .. }),
         };
         self.run(
-            move |inner| async move { inner.claim(&key, &fingerprint, &owner, times).await },
+            move |inner| async move {
+                inner
+                    .claim(&key, &fingerprint, &owner, times, &label)
+                    .await
+            },
             Some(undo),
         )
     }
@@ -410,6 +485,7 @@ impl Store for PostgresStore {
             to_sql(req.seen_lease_until),
         ];
         let fence = fence_to_sql(req.fence);
+        let label = SqlLabel::of(req.label);
         self.run(
             move |inner| async move {
                 let [lease_until, now, expires_at, seen_lease_until] = times;
@@ -426,6 +502,10 @@ impl Store for PostgresStore {
                             &seen_owner,
                             &seen_lease_until,
                             &fence,
+                            &label.tool,
+                            &label.namespace,
+                            &label.scope,
+                            &label.key_args,
                         ],
                     )
                     .await
@@ -528,6 +608,65 @@ impl Store for PostgresStore {
         let key = key.as_str().to_owned();
         self.run(
             move |inner| async move { inner.read(&key, to_sql(now)).await },
+            None,
+        )
+    }
+
+    /// One statement (see [Inspection](self#inspection-i3i5)), served by an index walked
+    /// backwards: `records_created`, or `records_tool_created` with a tool; cost about a
+    /// page (plus rows the other filters skip). With a scope prefix, an equality and a range
+    /// of `records_scope`, then a sort: cost in the records under the prefix. One round
+    /// trip, two on a connection's first listing with this combination of filters.
+    fn list<'a>(&'a self, query: &'a ListQuery, now: Timestamp) -> StoreFuture<'a, ListPage> {
+        let query = query.clone();
+        self.run(
+            move |inner| async move { inner.list(&query, to_sql(now)).await },
+            None,
+        )
+    }
+
+    /// One statement, `DELETE … WHERE key = $1 … RETURNING` with the kept row in the same
+    /// statement, served by the primary key; one round trip (two on a connection's first
+    /// purge). An expired row is not deleted (`Absent`): garbage collection removes it,
+    /// judged by the server's clock too (G1).
+    fn purge<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        force: bool,
+        now: Timestamp,
+    ) -> StoreFuture<'a, PurgeOutcome> {
+        let key = key.as_str().to_owned();
+        self.run(
+            move |inner| async move { inner.purge(&key, force, to_sql(now)).await },
+            None,
+        )
+    }
+
+    /// One statement, a `DELETE` of the matching live rows that also counts those kept,
+    /// served by the indexes a listing with these filters uses: cost in the matching
+    /// records, deleted in one transaction. One round trip (two on a connection's first
+    /// purge with this combination of filters). Not bounded by [`OPERATION_TIMEOUT`], as
+    /// [`PostgresStore::collect_garbage`]: a large purge may take longer.
+    fn purge_matching<'a>(
+        &'a self,
+        query: &'a ListQuery,
+        force: bool,
+        now: Timestamp,
+    ) -> StoreFuture<'a, PurgeCounts> {
+        let query = query.clone();
+        self.spawn(
+            move |inner| async move { inner.purge_matching(&query, force, to_sql(now)).await },
+            None,
+            None,
+        )
+    }
+
+    /// One statement, `GROUP BY tool, state` over the live rows: a scan of the table (or of
+    /// the `expires_at` index's live range), cost in the live records. One round trip (two
+    /// on a connection's first count).
+    fn stats<'a>(&'a self, now: Timestamp) -> StoreFuture<'a, StoreStats> {
+        self.run(
+            move |inner| async move { inner.stats(to_sql(now)).await },
             None,
         )
     }

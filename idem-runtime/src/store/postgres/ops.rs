@@ -78,6 +78,7 @@ impl Inner {
         fingerprint: &str,
         owner: &str,
         times: [i64; 3],
+        label: &SqlLabel,
     ) -> Result<Claim, StoreError> {
         let [now, lease_until, expires_at] = times;
         let client = self.client().await?;
@@ -87,7 +88,18 @@ impl Inner {
             let rows = client
                 .query(
                     &claim,
-                    &[&key, &fingerprint, &now, &expires_at, &owner, &lease_until],
+                    &[
+                        &key,
+                        &fingerprint,
+                        &now,
+                        &expires_at,
+                        &owner,
+                        &lease_until,
+                        &label.tool,
+                        &label.namespace,
+                        &label.scope,
+                        &label.key_args,
+                    ],
                 )
                 .await
                 .map_err(|e| self.db_error("claim", e))?;
@@ -144,10 +156,12 @@ impl Inner {
         row.map(|row| self.decode(key, &row)).transpose()
     }
 
-    /// A row of `read_live` (or the live branch of `claim`), columns 1 to 9 (see
-    /// `sql::ROW`). A row with `unknown_since` is outcome unknown (it keeps its owner and
-    /// lease); one with an owner otherwise in progress; one with an outcome completed.
-    fn decode(&self, key: &str, row: &Row) -> Result<Record, StoreError> {
+    /// A row of `read_live` (or the live branch of `claim`, or `purge`, or a listing),
+    /// columns 1 to 13 (see `sql::ROW`). A row with `unknown_since` is outcome unknown (it
+    /// keeps its owner and lease); one with an owner otherwise in progress; one with an
+    /// outcome completed. Label columns all `NULL` (a row written before version 3): no
+    /// label (P4).
+    pub(super) fn decode(&self, key: &str, row: &Row) -> Result<Record, StoreError> {
         let bad = |e: tokio_postgres::Error| self.corrupt(key, &e.to_string());
         let fingerprint: String = row.try_get(1).map_err(bad)?;
         let created_at: i64 = row.try_get(2).map_err(bad)?;
@@ -158,6 +172,12 @@ impl Inner {
         let unknown_since: Option<i64> = row.try_get(7).map_err(bad)?;
         let outcome: Option<String> = row.try_get(8).map_err(bad)?;
         let completed_at: Option<i64> = row.try_get(9).map_err(bad)?;
+        let label = SqlLabel {
+            tool: row.try_get(10).map_err(bad)?,
+            namespace: row.try_get(11).map_err(bad)?,
+            scope: row.try_get(12).map_err(bad)?,
+            key_args: row.try_get(13).map_err(bad)?,
+        };
         SqlRow {
             fingerprint,
             created_at,
@@ -168,7 +188,7 @@ impl Inner {
             unknown_since,
             outcome,
             completed_at,
-            label: SqlLabel::default(),
+            label,
         }
         .decode(|what| self.corrupt(key, what))
     }

@@ -1,19 +1,50 @@
 //! The PostgreSQL store's schema: created on a store's first use under an advisory lock,
-//! and its version checked (see the module documentation of [`super`]).
+//! its version checked, and older versions upgraded in place (see the module
+//! documentation of [`super`]).
 
 use tokio_postgres::SimpleQueryMessage;
 
 use super::{Inner, BACKEND};
 use crate::store::{StoreError, StoreErrorKind};
 
-/// The schema version this build writes and reads: 2 (see the module documentation).
-/// A schema of version 1 is migrated to it in place on a store's first use; a schema of
+/// The schema version this build writes and reads: 3 (see the module documentation).
+/// A schema of version 1 or 2 is upgraded to it in place on a store's first use; a schema of
 /// any other version is refused with [`StoreErrorKind::Unsupported`].
-pub const POSTGRES_SCHEMA_VERSION: i64 = 2;
+pub const POSTGRES_SCHEMA_VERSION: i64 = 3;
 
-/// The one older schema version this build migrates from (version 1: no fencing tokens,
-/// no "outcome unknown" state).
-const MIGRATES_FROM: i64 = 1;
+/// Version 1: no fencing tokens, no "outcome unknown" state.
+const VERSION_1: i64 = 1;
+
+/// Version 2: no labels (P1) and no listing indexes (I3).
+const VERSION_2: i64 = 2;
+
+/// The label columns and the listing indexes of version 3, added to a version 2 table
+/// (also right after the version 1 → 2 step). Every statement is `IF NOT EXISTS`, so that
+/// indexes built beforehand (`CREATE INDEX CONCURRENTLY` under these names, for a large
+/// table) are kept; the columns are nullable without a default, so adding them rewrites
+/// no row. `{s}` is the quoted schema name.
+fn labels_and_listing_indexes(s: &str) -> String {
+    format!(
+        "ALTER TABLE {s}.records
+            ADD COLUMN IF NOT EXISTS tool TEXT,
+            ADD COLUMN IF NOT EXISTS namespace TEXT,
+            ADD COLUMN IF NOT EXISTS scope TEXT COLLATE \"C\",
+            ADD COLUMN IF NOT EXISTS key_args TEXT;
+         {indexes}",
+        indexes = listing_indexes(s)
+    )
+}
+
+/// The listing indexes (I3): newest first over every record, per tool, and by scope text in
+/// byte order (the `scope` column's collation is `"C"`) for prefix ranges.
+fn listing_indexes(s: &str) -> String {
+    format!(
+        "CREATE INDEX IF NOT EXISTS records_created ON {s}.records (created_at, key COLLATE \"C\");
+         CREATE INDEX IF NOT EXISTS records_tool_created
+             ON {s}.records (tool, created_at, key COLLATE \"C\");
+         CREATE INDEX IF NOT EXISTS records_scope ON {s}.records (scope);"
+    )
+}
 
 /// The schema set-up statements, with the schema name spliced in once.
 pub(super) struct SchemaSql {
@@ -21,15 +52,17 @@ pub(super) struct SchemaSql {
     setup_meta: String,
     /// The stored schema version, if any.
     read_version: String,
-    /// Creates the records table of version 2 and its index.
+    /// Creates the records table of version 3 and its indexes.
     create_records: String,
     /// Takes the transaction-level advisory lock of this schema name.
     lock: String,
-    /// Records version 2 in a new schema.
+    /// Records version 3 in a new schema.
     write_version: String,
-    /// Migrates a records table of version 1 to version 2 in place.
-    migrate: String,
-    /// Records that a schema of version 1 is now of version 2.
+    /// Upgrades a records table of version 1 to version 3 in place.
+    upgrade_from_1: String,
+    /// Upgrades a records table of version 2 to version 3 in place.
+    upgrade_from_2: String,
+    /// Records that a schema of version 1 or 2 is now of version 3.
     update_version: String,
 }
 
@@ -42,9 +75,9 @@ impl SchemaSql {
                  CREATE TABLE IF NOT EXISTS {s}.meta (name TEXT PRIMARY KEY, value BIGINT NOT NULL);"
             ),
             read_version: format!("SELECT value FROM {s}.meta WHERE name = 'schema_version'"),
-            // The same table as a version 1 table after `migrate` (same columns, defaults
-            // and checks; only `migrate` adds its checks NOT VALID), so that stores created
-            // by either path behave alike.
+            // The same table as a version 1 or 2 table after its upgrade (same columns in
+            // the same order, defaults, checks and indexes; only the version 1 upgrade adds
+            // its checks NOT VALID), so that stores created by any path behave alike.
             create_records: format!(
                 "CREATE TABLE IF NOT EXISTS {s}.records (
                     key           TEXT PRIMARY KEY,
@@ -63,38 +96,49 @@ impl SchemaSql {
                             AND outcome IS NOT NULL AND completed_at IS NOT NULL)),
                     CONSTRAINT records_fence_positive CHECK (fence >= 1),
                     CONSTRAINT records_unknown_has_owner
-                        CHECK (unknown_since IS NULL OR owner IS NOT NULL)
+                        CHECK (unknown_since IS NULL OR owner IS NOT NULL),
+                    tool          TEXT,
+                    namespace     TEXT,
+                    scope         TEXT COLLATE \"C\",
+                    key_args      TEXT
                  );
-                 CREATE INDEX IF NOT EXISTS records_expires_at ON {s}.records (expires_at);"
+                 CREATE INDEX IF NOT EXISTS records_expires_at ON {s}.records (expires_at);
+                 {indexes}",
+                indexes = listing_indexes(&s)
             ),
             lock: format!("SELECT pg_advisory_xact_lock(hashtext('idem schema {schema}'))"),
             write_version: format!(
                 "INSERT INTO {s}.meta (name, value) VALUES ('schema_version', {POSTGRES_SCHEMA_VERSION})"
             ),
-            // Adding a column with a constant default rewrites no row (PostgreSQL 11 and
-            // later), and every version 1 row meets the new checks (fence 1, no
-            // `unknown_since`), so they are added NOT VALID: no scan of the table either.
-            // New and changed rows are checked all the same.
-            migrate: format!(
+            // Version 1 → 2: adding a column with a constant default rewrites no row
+            // (PostgreSQL 11 and later), and every version 1 row meets the new checks (fence
+            // 1, no `unknown_since`), so they are added NOT VALID: no scan of the table
+            // either. New and changed rows are checked all the same. Then 2 → 3, in the same
+            // batch (one round trip).
+            upgrade_from_1: format!(
                 "ALTER TABLE {s}.records
                     ADD COLUMN fence BIGINT NOT NULL DEFAULT 1,
                     ADD COLUMN unknown_since BIGINT,
                     ADD CONSTRAINT records_fence_positive CHECK (fence >= 1) NOT VALID,
                     ADD CONSTRAINT records_unknown_has_owner
-                        CHECK (unknown_since IS NULL OR owner IS NOT NULL) NOT VALID"
+                        CHECK (unknown_since IS NULL OR owner IS NOT NULL) NOT VALID;
+                 {labels}",
+                labels = labels_and_listing_indexes(&s)
             ),
+            upgrade_from_2: labels_and_listing_indexes(&s),
             update_version: format!(
                 "UPDATE {s}.meta SET value = {POSTGRES_SCHEMA_VERSION}
-                 WHERE name = 'schema_version' AND value = {MIGRATES_FROM}"
+                 WHERE name = 'schema_version' AND value IN ({VERSION_1}, {VERSION_2})"
             ),
         }
     }
 }
 
 impl Inner {
-    /// Creates the schema if absent, migrates it from version 1, checks its version (see
-    /// the module documentation): one transaction holding the schema name's advisory lock,
-    /// so that stores starting together, in any process, neither race nor migrate twice.
+    /// Creates the schema if absent, upgrades it from version 1 or 2, checks its version
+    /// (see the module documentation): one transaction holding the schema name's advisory
+    /// lock, so that stores starting together, in any process, neither race nor upgrade
+    /// twice.
     pub(super) async fn set_up(
         &self,
         client: &mut deadpool_postgres::Client,
@@ -146,10 +190,15 @@ impl Inner {
                 &self.schema_sql.create_records,
                 &self.schema_sql.write_version,
             ),
-            Some(MIGRATES_FROM) => {
+            Some(from @ (VERSION_1 | VERSION_2)) => {
                 let (url, schema) = (&self.url, &self.schema);
-                tracing::info!(%url, %schema, "migrating the idem schema from version {MIGRATES_FROM} to {POSTGRES_SCHEMA_VERSION}");
-                (&self.schema_sql.migrate, &self.schema_sql.update_version)
+                tracing::info!(%url, %schema, "upgrading the idem schema from version {from} to {POSTGRES_SCHEMA_VERSION}");
+                let upgrade = if from == VERSION_1 {
+                    &self.schema_sql.upgrade_from_1
+                } else {
+                    &self.schema_sql.upgrade_from_2
+                };
+                (upgrade, &self.schema_sql.update_version)
             }
             Some(POSTGRES_SCHEMA_VERSION) => {
                 // Nothing to change: commit the empty transaction (releases the lock).
@@ -162,8 +211,8 @@ impl Inner {
                     StoreErrorKind::Unsupported,
                     format!(
                         "the PostgreSQL store at {} has idem schema version {found} in schema {}; \
-                         this build reads version {POSTGRES_SCHEMA_VERSION} (and migrates \
-                         version {MIGRATES_FROM})",
+                         this build reads version {POSTGRES_SCHEMA_VERSION} (and upgrades \
+                         versions {VERSION_1} and {VERSION_2})",
                         self.url, self.schema
                     ),
                 ))
