@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use idem_runtime::inspect::InspectError;
 use idem_runtime::store::StoreConfigError;
-use idem_runtime::{StoreError, StoreErrorKind};
+use idem_runtime::{EngineConfigError, StoreError, StoreErrorKind};
 
 /// What `idem` exits with (X3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,9 +103,19 @@ pub fn locator_error(error: StoreConfigError, origin: &str) -> CliError {
             "{origin}: store `{given}` needs the `{feature}` backend, which this idem was built \
              without: reinstall with `cargo install idem-cli --features {feature}`"
         )),
-        StoreConfigError::BadNamespace { namespace, .. } => CliError::Usage(format!(
-            "--namespace (or IDEM_NAMESPACE): {namespace:?} must be 1 to 128 printable ASCII characters"
-        )),
         other => CliError::usage(origin, other),
+    }
+}
+
+/// An engine that cannot be built: its store as [`locator_error`], a bad namespace as bad
+/// usage naming `--namespace` and `IDEM_NAMESPACE`.
+pub fn engine_error(error: EngineConfigError, origin: &str) -> CliError {
+    match error {
+        EngineConfigError::Store(e) => locator_error(e, origin),
+        EngineConfigError::BadNamespace { namespace, .. } => CliError::Usage(format!(
+            "--namespace (or IDEM_NAMESPACE): {namespace:?} must be 1 to 128 printable ASCII \
+             characters"
+        )),
+        other => CliError::Usage(other.to_string()),
     }
 }

@@ -66,15 +66,26 @@ fn idem(args: &[&str]) -> Run {
 }
 
 fn idem_env(args: &[&str], env: &[(&str, &str)]) -> Run {
+    wait(spawn(args, env))
+}
+
+/// Starts `idem ARGS` with `env` (and neither `IDEM_STORE` nor `IDEM_NAMESPACE` otherwise).
+fn spawn(args: &[&str], env: &[(&str, &str)]) -> std::process::Child {
     let mut command = Command::new(env!("CARGO_BIN_EXE_idem"));
     command
         .args(args)
         .env_remove("IDEM_STORE")
-        .env_remove("IDEM_NAMESPACE");
+        .env_remove("IDEM_NAMESPACE")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
     for (name, value) in env {
         command.env(name, value);
     }
-    let output = command.output().expect("the idem binary runs");
+    command.spawn().expect("the idem binary runs")
+}
+
+fn wait(child: std::process::Child) -> Run {
+    let output = child.wait_with_output().expect("the idem binary ends");
     Run {
         code: output.status.code().expect("an exit status"),
         stdout: String::from_utf8(output.stdout).unwrap(),
@@ -634,7 +645,8 @@ fn a_stopped_server_is_exit_3_without_the_password() {
         "postgres://user:secret@127.0.0.1:1/db",
         "redis://:secret@127.0.0.1:1",
     ] {
-        for args in [
+        // All at once: each waits for the refused connection's retries.
+        let runs: Vec<(Vec<&str>, std::process::Child)> = [
             vec!["show", SOME_KEY],
             vec![
                 "show",
@@ -650,8 +662,15 @@ fn a_stopped_server_is_exit_3_without_the_password() {
             vec!["purge", SOME_KEY],
             vec!["purge", "--all"],
             vec!["stats", "--json"],
-        ] {
-            let run = idem(&[&["--store", locator][..], &args].concat()).expect(3);
+        ]
+        .into_iter()
+        .map(|args| {
+            let child = spawn(&[&["--store", locator][..], &args].concat(), &[]);
+            (args, child)
+        })
+        .collect();
+        for (args, child) in runs {
+            let run = wait(child).expect(3);
             assert!(
                 !run.stdout.contains("secret"),
                 "{locator} {args:?}: {run:?}"
@@ -661,12 +680,13 @@ fn a_stopped_server_is_exit_3_without_the_password() {
                 "{locator} {args:?}: {run:?}"
             );
             assert!(run.stderr.contains(":***@127.0.0.1:1"), "{run:?}");
-            assert!(run.stderr.starts_with("idem: the store "), "{run:?}");
+            assert!(
+                run.stderr.starts_with("idem: the store is unavailable: ")
+                    && run.stderr.contains("Connection refused"),
+                "{run:?}"
+            );
             assert_eq!(run.stdout, "");
         }
-        let read = idem(&["--store", locator, "show", SOME_KEY]);
-        assert!(read.stderr.contains("the store is unavailable"), "{read:?}");
-        assert!(read.stderr.contains("Connection refused"), "{read:?}");
         // The same from IDEM_STORE.
         let env = idem_env(&["show", SOME_KEY], &[("IDEM_STORE", locator)]).expect(3);
         assert!(!env.stderr.contains("secret"), "{env:?}");

@@ -13,7 +13,7 @@ use idem_runtime::store::{ListQuery, StoreLocator};
 use idem_runtime::{Engine, IdempotencyKey, ScopePart, ScopePath, Timestamp};
 
 use crate::cli::{CallArgs, Cli, Command, Filters};
-use crate::exit::{locator_error, CliError, Exit};
+use crate::exit::{engine_error, locator_error, CliError, Exit};
 
 /// What a command printed and how it ends.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -51,7 +51,7 @@ pub async fn run(cli: Cli, origins: Origins) -> Result<Report, CliError> {
         // No store at all: the key is derived from the call and the namespace alone.
         let engine = engine_builder(cli.namespace.as_deref())
             .build()
-            .map_err(|e| locator_error(e, origins.store))?;
+            .map_err(|e| engine_error(e, origins.store))?;
         return key::run(&engine, args);
     }
     let (engine, shown) = open(
@@ -120,7 +120,7 @@ fn open(
     let engine = engine_builder(namespace)
         .shared_store(store)
         .build()
-        .map_err(|e| locator_error(e, origin))?;
+        .map_err(|e| engine_error(e, origin))?;
     Ok((engine, locator.to_string()))
 }
 
