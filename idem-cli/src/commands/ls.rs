@@ -1,0 +1,92 @@
+//! `idem ls`: live records, newest first, one page (I3).
+
+use idem_runtime::store::{ListCursor, StateFilter};
+use idem_runtime::Engine;
+use serde_json::json;
+
+use super::{list_query, Report};
+use crate::cli::LsArgs;
+use crate::exit::CliError;
+use crate::output::{json_line, record_json, relative, scope_text, state_words, table, tool_of};
+
+/// Hex digits of a key the table shows without `--wide`.
+const KEY_PREFIX: usize = 16;
+
+pub(super) async fn run(engine: &Engine, args: &LsArgs) -> Result<Report, CliError> {
+    let now = engine.clock().now();
+    let mut query = list_query(engine, &args.filters, now)?;
+    query.limit = usize::from(args.limit);
+    query.after = args
+        .cursor
+        .as_deref()
+        .map(|text| text.trim().parse::<ListCursor>())
+        .transpose()
+        .map_err(|e| CliError::usage("--cursor", e))?;
+    let page = engine.store().list(&query, now).await?;
+
+    let mut report = Report::default();
+    if args.json {
+        for found in &page.records {
+            report
+                .stdout
+                .push_str(&json_line(&record_json(&found.key, &found.record)));
+        }
+        if let Some(next) = &page.next {
+            report.stderr = json!({ "next_cursor": next.to_string() }).to_string() + "\n";
+        }
+        return Ok(report);
+    }
+
+    if page.records.is_empty() {
+        report.stdout = "no live records\n".to_owned();
+        return Ok(report);
+    }
+    let with_namespace = page.records.iter().any(|r| {
+        r.record
+            .label
+            .as_ref()
+            .is_some_and(|l| l.namespace.is_some())
+    });
+    let mut header = vec!["KEY", "TOOL"];
+    if with_namespace {
+        header.push("NAMESPACE");
+    }
+    header.extend(["SCOPE", "STATE", "FENCE", "CREATED", "", "EXPIRES", ""]);
+    let rows: Vec<Vec<String>> = page
+        .records
+        .iter()
+        .map(|found| {
+            let record = &found.record;
+            let label = record.label.clone().unwrap_or_default();
+            let key = if args.wide {
+                found.key.as_str()
+            } else {
+                found.key.prefix(KEY_PREFIX)
+            };
+            let mut row = vec![key.to_owned(), tool_of(record).unwrap_or("-").to_owned()];
+            if with_namespace {
+                row.push(label.namespace.clone().unwrap_or_else(|| "-".to_owned()));
+            }
+            let scope = scope_text(&label.scope);
+            row.extend([
+                if scope.is_empty() {
+                    "-".to_owned()
+                } else {
+                    scope
+                },
+                state_words(StateFilter::of(&record.state)).to_owned(),
+                record.fence.to_string(),
+                relative(record.created_at, now),
+                record.created_at.to_rfc3339(),
+                relative(record.expires_at, now),
+                record.expires_at.to_rfc3339(),
+            ]);
+            row
+        })
+        .collect();
+    report.stdout = table(&header, &rows);
+    if let Some(next) = &page.next {
+        report.stderr = format!("idem: next page: --cursor {next}\n");
+    }
+    Ok(report)
+}

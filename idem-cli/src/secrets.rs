@@ -1,0 +1,62 @@
+//! Passwords are never printed (contract X4): the stores' messages already show locators
+//! with `***`; as a second guard, every message `idem` prints (stderr) has the locator's
+//! passwords replaced too. Standard output (records) is left as the store holds it: no
+//! command prints the locator there.
+
+/// The passwords in a locator: the URL's user-info password and any `password=` query
+/// parameter's value.
+pub fn of(locator: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    if let Some((_, rest)) = locator.split_once("://") {
+        // The user info ends at the last `@` (a password may hold `/`, `?`, `#` or `@`).
+        if let Some(at) = rest.rfind('@') {
+            if let Some((_, password)) = rest[..at].split_once(':') {
+                found.push(password.to_owned());
+            }
+        }
+        if let Some((_, query)) = rest.split_once('?') {
+            for pair in query.split('&') {
+                if let Some((name, value)) = pair.split_once('=') {
+                    if name.eq_ignore_ascii_case("password") {
+                        found.push(value.to_owned());
+                    }
+                }
+            }
+        }
+    }
+    found.retain(|p| !p.is_empty() && p != "***");
+    found
+}
+
+/// `text` with every secret replaced by `***`.
+pub fn scrub(text: &str, secrets: &[String]) -> String {
+    let mut text = text.to_owned();
+    for secret in secrets {
+        text = text.replace(secret.as_str(), "***");
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // pins X4: every password form a locator can carry is found and scrubbed
+    #[test]
+    fn passwords_are_found_and_scrubbed() {
+        assert_eq!(of("postgres://user:secret@127.0.0.1:1/db"), ["secret"]);
+        assert_eq!(of("redis://:secret@127.0.0.1:1"), ["secret"]);
+        assert_eq!(of("postgres://u:p@ss/w?rd@h/db"), ["p@ss/w?rd"]);
+        assert_eq!(
+            of("postgres://u@h/db?sslmode=disable&password=pw1"),
+            ["pw1"]
+        );
+        assert!(of("redis://127.0.0.1:6379").is_empty());
+        assert!(of("sqlite:/tmp/a:b@c").is_empty());
+        let secrets = of("redis://:hunter2@h");
+        assert_eq!(
+            scrub("cannot connect to redis://:hunter2@h: hunter2", &secrets),
+            "cannot connect to redis://:***@h: ***"
+        );
+    }
+}

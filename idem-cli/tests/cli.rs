@@ -1,0 +1,840 @@
+//! The `idem` binary against real stores (contract X1–X4 over I1–I5, K7, K11): a record is
+//! set up the way a tool makes one (`prepare` with a `ToolSpec`, a `CallContext` in
+//! conversation `c-9` and an engine over the store), then the binary runs as a person
+//! would run it.
+//!
+//! SQLite always runs. PostgreSQL and Redis run with the test-only cargo features
+//! `test-postgres` and `test-redis`, against `IDEM_TEST_POSTGRES_URL` (default
+//! `postgres://postgres@127.0.0.1:5432/test`) and `IDEM_TEST_REDIS_URL` (default
+//! `redis://127.0.0.1:6379`), each test in a fresh schema or key prefix deleted when it
+//! ends. The closed-port and password tests need no server and always run.
+
+use std::process::Command;
+use std::time::Duration;
+
+use idem_runtime::store::{ClaimRequest, OwnerToken};
+use idem_runtime::{
+    prepare, CallContext, Engine, Fingerprint, IdempotencyKey, RecordLabel, Scope, ScopePath,
+    Timestamp, ToolError, ToolSpec,
+};
+use serde_json::{json, Value};
+
+static SEND_REFUND: ToolSpec = ToolSpec::new("send_refund");
+
+static OPEN_TICKET: ToolSpec = ToolSpec {
+    scope: Scope::Composite {
+        kind: "tenant+conversation",
+        parts: &[Scope::Named("tenant"), Scope::Conversation],
+    },
+    ..ToolSpec::new("open_ticket")
+};
+
+const ARGS: &str = r#"{"order_id":4417,"amount_cents":500}"#;
+
+/// What one run of the binary did.
+#[derive(Debug)]
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn json_lines(&self) -> Vec<Value> {
+        self.stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+            .collect()
+    }
+
+    fn json(&self) -> Value {
+        let lines = self.json_lines();
+        assert_eq!(lines.len(), 1, "one JSON object: {self:?}");
+        lines.into_iter().next().unwrap()
+    }
+
+    #[track_caller]
+    fn expect(self, code: i32) -> Self {
+        assert_eq!(self.code, code, "{self:?}");
+        self
+    }
+}
+
+/// Runs `idem ARGS` with neither `IDEM_STORE` nor `IDEM_NAMESPACE` in its environment.
+fn idem(args: &[&str]) -> Run {
+    idem_env(args, &[])
+}
+
+fn idem_env(args: &[&str], env: &[(&str, &str)]) -> Run {
+    wait(spawn(args, env))
+}
+
+/// Starts `idem ARGS` with `env` (and neither `IDEM_STORE` nor `IDEM_NAMESPACE` otherwise).
+fn spawn(args: &[&str], env: &[(&str, &str)]) -> std::process::Child {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_idem"));
+    command
+        .args(args)
+        .env_remove("IDEM_STORE")
+        .env_remove("IDEM_NAMESPACE")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    command.spawn().expect("the idem binary runs")
+}
+
+fn wait(child: std::process::Child) -> Run {
+    let output = child.wait_with_output().expect("the idem binary ends");
+    Run {
+        code: output.status.code().expect("an exit status"),
+        stdout: String::from_utf8(output.stdout).unwrap(),
+        stderr: String::from_utf8(output.stderr).unwrap(),
+    }
+}
+
+/// A store the binary and the test share, deleted when dropped.
+struct Backend {
+    locator: String,
+    _cleanup: Box<dyn std::any::Any>,
+}
+
+impl Backend {
+    /// `idem --store LOCATOR ARGS`.
+    fn idem(&self, args: &[&str]) -> Run {
+        let mut all = vec!["--store", self.locator.as_str()];
+        all.extend_from_slice(args);
+        idem(&all)
+    }
+
+    /// An engine over the store (in `namespace`, if any) and the runtime its connections
+    /// live on.
+    fn engine(&self, namespace: Option<&str>) -> Tool {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let engine = runtime.block_on(async {
+            let builder = Engine::builder().store_locator(self.locator.clone());
+            match namespace {
+                Some(ns) => builder.namespace(ns),
+                None => builder,
+            }
+            .build()
+            .expect("the store opens")
+        });
+        Tool { runtime, engine }
+    }
+}
+
+/// An engine, as a tool's process has one.
+struct Tool {
+    runtime: tokio::runtime::Runtime,
+    engine: Engine,
+}
+
+impl Tool {
+    /// Runs `send_refund(order_id, amount_cents = 500)` in `conversation`, as the tool
+    /// would (both arguments in the key), and returns the key it derived.
+    fn refund(&self, conversation: &str, order_id: u64) -> String {
+        let ctx = CallContext::new()
+            .with_engine(self.engine.clone())
+            .with_conversation(conversation);
+        let prepared = prepare(&SEND_REFUND, Some(&ctx), |a| {
+            a.key("order_id", &order_id)?.key("amount_cents", &500)?;
+            Ok(())
+        })
+        .unwrap();
+        let key = prepared.key().to_string();
+        let done: Result<Value, ToolError> = self.runtime.block_on(
+            prepared.run(async move { Ok(json!({"refund_id": format!("re_{order_id}")})) }),
+        );
+        done.unwrap();
+        // Distinct creation times, so that listing order is by time.
+        std::thread::sleep(Duration::from_millis(5));
+        key
+    }
+
+    /// Claims a record of `send_refund` in `conversation` and leaves it in progress (a
+    /// call still running); returns its key.
+    fn running(&self, conversation: &str) -> String {
+        let key =
+            IdempotencyKey::from_hex(&format!("{:064x}", OwnerToken::random().as_u128())).unwrap();
+        let now = self.engine.clock().now();
+        self.runtime.block_on(async {
+            self.engine
+                .store()
+                .claim(ClaimRequest {
+                    key: &key,
+                    fingerprint: &Fingerprint::from_hex(&"0".repeat(64)).unwrap(),
+                    owner: OwnerToken::random(),
+                    now,
+                    lease_until: now.saturating_add(Duration::from_secs(600)),
+                    expires_at: now.saturating_add(Duration::from_secs(3600)),
+                    label: &RecordLabel::new(
+                        "send_refund",
+                        ScopePath::new().with("conversation", conversation),
+                    ),
+                })
+                .await
+                .unwrap()
+        });
+        std::thread::sleep(Duration::from_millis(5));
+        key.to_string()
+    }
+}
+
+fn sqlite() -> Backend {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idem.db");
+    // The binary never creates a store file: the tool's engine does, as in production.
+    idem_runtime::SqliteStore::open(&path).unwrap();
+    Backend {
+        locator: format!("sqlite:{}", path.display()),
+        _cleanup: Box::new(dir),
+    }
+}
+
+#[cfg(feature = "test-postgres")]
+fn postgres() -> Backend {
+    struct DropSchema {
+        url: String,
+        schema: String,
+    }
+    impl Drop for DropSchema {
+        fn drop(&mut self) {
+            let (url, sql) = (
+                self.url.clone(),
+                format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.schema),
+            );
+            // A runtime of its own on a thread of its own: Drop cannot await.
+            let _ = std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                runtime.block_on(async {
+                    let (client, connection) =
+                        tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
+                    tokio::spawn(connection);
+                    client.batch_execute(&sql).await
+                })
+            })
+            .join();
+        }
+    }
+    let url = std::env::var("IDEM_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let schema = format!("idem_cli_test_{}", OwnerToken::random().to_hex());
+    let separator = if url.contains('?') { '&' } else { '?' };
+    Backend {
+        locator: format!("{url}{separator}idem_schema={schema}"),
+        _cleanup: Box::new(DropSchema { url, schema }),
+    }
+}
+
+#[cfg(feature = "test-redis")]
+fn redis() -> Backend {
+    struct DeletePrefix {
+        url: String,
+        prefix: String,
+    }
+    impl Drop for DeletePrefix {
+        fn drop(&mut self) {
+            let Ok(client) = ::redis::Client::open(self.url.as_str()) else {
+                return;
+            };
+            let Ok(mut conn) = client.get_connection() else {
+                return;
+            };
+            let keys: Vec<String> = ::redis::cmd("KEYS")
+                .arg(format!("{}*", self.prefix))
+                .query(&mut conn)
+                .unwrap_or_default();
+            if !keys.is_empty() {
+                let _: Result<usize, _> = ::redis::cmd("DEL").arg(&keys).query(&mut conn);
+            }
+        }
+    }
+    let url = std::env::var("IDEM_TEST_REDIS_URL")
+        .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    let prefix = format!("idem-cli-test:{}:", OwnerToken::random().to_hex());
+    let separator = if url.contains('?') { '&' } else { '?' };
+    Backend {
+        locator: format!("{url}{separator}idem_prefix={prefix}"),
+        _cleanup: Box::new(DeletePrefix { url, prefix }),
+    }
+}
+
+fn rfc3339(value: &Value) -> Timestamp {
+    let text = value
+        .as_str()
+        .unwrap_or_else(|| panic!("{value} is no text"));
+    assert!(text.ends_with('Z') && text.len() == 24, "{text}");
+    let at = humantime::parse_rfc3339(text).unwrap();
+    Timestamp::from_millis(
+        at.duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64,
+    )
+}
+
+/// The issue's "done when": after the tool ran in c-9, `key` derives its key, `show --json`
+/// says completed with its times, `ls --json` lists it with tool and conversation, `purge
+/// KEY` removes it and `show` then exits 1.
+fn done_when(backend: Backend) {
+    let tool = backend.engine(None);
+    let key = tool.refund("c-9", 4417);
+    let call = [
+        "--tool",
+        "send_refund",
+        "--scope",
+        "conversation=c-9",
+        "--args",
+        ARGS,
+    ];
+
+    let printed = idem(&[&["key"][..], &call].concat()).expect(0);
+    assert_eq!(printed.stdout, format!("{key}\n"), "key equals the tool's");
+
+    let shown = backend
+        .idem(&[&["show"][..], &call, &["--json"]].concat())
+        .expect(0);
+    let object = shown.json();
+    assert_eq!(object["key"], key.as_str());
+    assert_eq!(object["tool"], "send_refund");
+    assert_eq!(object["namespace"], Value::Null);
+    assert_eq!(object["scope"], "conversation=c-9");
+    assert_eq!(
+        object["scope_parts"],
+        json!([{"kind": "conversation", "value": "c-9"}])
+    );
+    assert_eq!(object["state"], "completed");
+    assert_eq!(object["fence"], 1);
+    let created = rfc3339(&object["created_at"]);
+    let expires = rfc3339(&object["expires_at"]);
+    let completed = rfc3339(&object["completed_at"]);
+    assert_eq!(
+        expires.as_millis() - created.as_millis(),
+        24 * 3600 * 1000,
+        "the default ttl"
+    );
+    assert!(created <= completed && completed < expires);
+    assert_eq!(object["outcome"], json!({"ok": {"refund_id": "re_4417"}}));
+    assert_eq!(object["key_args"], Value::Null, "no audit: no arguments");
+
+    let text = backend.idem(&["show", &key]).expect(0).stdout;
+    assert!(
+        text.contains("send_refund") && text.contains("(in 23h 59m)"),
+        "{text}"
+    );
+
+    let listed = backend.idem(&["ls", "--json"]).expect(0).json();
+    assert_eq!(listed["key"], key.as_str());
+    assert_eq!(listed["tool"], "send_refund");
+    assert_eq!(listed["scope"], "conversation=c-9");
+    let table = backend.idem(&["ls"]).expect(0).stdout;
+    assert!(
+        table.contains(&key[..16]) && table.contains("conversation=c-9"),
+        "{table}"
+    );
+
+    let purged = backend.idem(&["purge", &key]).expect(0);
+    assert!(
+        purged.stdout.starts_with(&format!("deleted {key}")),
+        "{purged:?}"
+    );
+    let gone = backend
+        .idem(&[&["show"][..], &call, &["--json"]].concat())
+        .expect(1);
+    assert!(
+        gone.stderr.contains("no live record of send_refund"),
+        "{gone:?}"
+    );
+    assert_eq!(gone.stdout, "");
+    backend.idem(&["show", &key]).expect(1);
+    backend.idem(&["purge", &key]).expect(1);
+}
+
+/// `--namespace` changes the key and `show` finds the namespaced record; a composite scope
+/// (`--scope tenant=acme --scope conversation=c-1`) round-trips; with other arguments,
+/// `show` says how many records the tool has in the scope.
+fn namespaces_and_composite_scopes(backend: Backend) {
+    let tenant = backend.engine(Some("tenant-a"));
+    let key = tenant.refund("c-9", 4417);
+    let call = [
+        "--tool",
+        "send_refund",
+        "--scope",
+        "conversation=c-9",
+        "--args",
+        ARGS,
+    ];
+    let plain = idem(&[&["key"][..], &call].concat()).expect(0).stdout;
+    let namespaced = idem(&[&["--namespace", "tenant-a", "key"][..], &call].concat())
+        .expect(0)
+        .stdout;
+    assert_eq!(namespaced, format!("{key}\n"));
+    assert_ne!(plain, namespaced, "the namespace enters the key (K11)");
+    let from_env = idem_env(
+        &[&["key"][..], &call].concat(),
+        &[("IDEM_NAMESPACE", "tenant-a")],
+    )
+    .expect(0);
+    assert_eq!(from_env.stdout, namespaced);
+
+    let shown = backend
+        .idem(&[&["--namespace", "tenant-a", "show", "--json"][..], &call].concat())
+        .expect(0)
+        .json();
+    assert_eq!(shown["key"], key.as_str());
+    assert_eq!(shown["namespace"], "tenant-a");
+    let elsewhere = backend.idem(&[&["show"][..], &call].concat()).expect(1);
+    assert!(elsewhere.stderr.contains("no live record"), "{elsewhere:?}");
+
+    let other_args = backend
+        .idem(&[
+            "--namespace",
+            "tenant-a",
+            "show",
+            "--tool",
+            "send_refund",
+            "--scope",
+            "conversation=c-9",
+            "--args",
+            r#"{"order_id":4417}"#,
+        ])
+        .expect(1);
+    assert!(
+        other_args
+            .stderr
+            .contains("send_refund has 1 record in conversation=c-9 of namespace tenant-a"),
+        "{other_args:?}"
+    );
+
+    let ctx = CallContext::new()
+        .with_engine(tenant.engine.clone())
+        .with_scope("tenant", "acme")
+        .with_conversation("c-1");
+    let prepared = prepare(&OPEN_TICKET, Some(&ctx), |a| {
+        a.key("subject", &"refund")?;
+        Ok(())
+    })
+    .unwrap();
+    let ticket = prepared.key().to_string();
+    let done: Result<u32, ToolError> = tenant.runtime.block_on(prepared.run(async { Ok(7) }));
+    done.unwrap();
+    let composite = [
+        "--namespace",
+        "tenant-a",
+        "--tool",
+        "open_ticket",
+        "--scope",
+        "tenant=acme",
+        "--scope",
+        "conversation=c-1",
+        "--args",
+        r#"{"subject":"refund"}"#,
+    ];
+    let derived = idem(&[&["key"][..], &composite].concat()).expect(0);
+    assert_eq!(derived.stdout, format!("{ticket}\n"));
+    let shown = backend
+        .idem(&[&["show", "--json"][..], &composite].concat())
+        .expect(0)
+        .json();
+    assert_eq!(shown["scope"], "tenant=acme/conversation=c-1");
+    assert_eq!(shown["outcome"], json!({"ok": 7}));
+    let listed = backend
+        .idem(&[
+            "--namespace",
+            "tenant-a",
+            "ls",
+            "--json",
+            "--scope",
+            "tenant=acme",
+        ])
+        .expect(0)
+        .json();
+    assert_eq!(listed["key"], ticket.as_str());
+    let other_namespace = backend
+        .idem(&["--namespace", "tenant-b", "ls", "--json"])
+        .expect(0);
+    assert_eq!(other_namespace.stdout, "", "ls narrows to the namespace");
+}
+
+/// `ls --limit` pages newest first, the next page's cursor on stderr.
+fn ls_pages_with_a_cursor(backend: Backend) {
+    let tool = backend.engine(None);
+    let keys: Vec<String> = (1..=3).map(|order| tool.refund("c-9", order)).collect();
+    tool.refund("c-10", 9);
+    let page = |cursor: Option<&str>| {
+        let mut args = vec![
+            "ls",
+            "--json",
+            "--limit",
+            "2",
+            "--scope",
+            "conversation=c-9",
+        ];
+        if let Some(cursor) = cursor {
+            args.extend(["--cursor", cursor]);
+        }
+        backend.idem(&args).expect(0)
+    };
+    let first = page(None);
+    let listed: Vec<Value> = first
+        .json_lines()
+        .iter()
+        .map(|o| o["key"].clone())
+        .collect();
+    assert_eq!(listed, [json!(keys[2]), json!(keys[1])], "newest first");
+    let trailer: Value = serde_json::from_str(first.stderr.trim()).unwrap();
+    let cursor = trailer["next_cursor"].as_str().unwrap().to_owned();
+    let second = page(Some(&cursor));
+    let listed: Vec<Value> = second
+        .json_lines()
+        .iter()
+        .map(|o| o["key"].clone())
+        .collect();
+    assert_eq!(listed, [json!(keys[0])]);
+    assert_eq!(second.stderr, "", "the last page has no cursor");
+
+    let human = backend.idem(&["ls", "--limit", "1"]).expect(0);
+    let cursor = human
+        .stderr
+        .trim()
+        .strip_prefix("idem: next page: --cursor ")
+        .unwrap_or_else(|| panic!("{human:?}"))
+        .to_owned();
+    let next = backend
+        .idem(&["ls", "--limit", "1", "--wide", "--cursor", &cursor])
+        .expect(0);
+    assert!(next.stdout.contains(&keys[2]), "{next:?}");
+    let filtered = backend
+        .idem(&[
+            "ls",
+            "--json",
+            "--tool",
+            "send_refund",
+            "--state",
+            "completed",
+            "--since",
+            "1h",
+        ])
+        .expect(0);
+    assert_eq!(filtered.json_lines().len(), 4);
+    let none = backend
+        .idem(&["ls", "--json", "--state", "in-progress"])
+        .expect(0);
+    assert_eq!(none.stdout, "");
+}
+
+/// `purge` by filters deletes what matches, keeps records in progress without `--force`,
+/// and refuses an unfiltered purge without `--all`.
+fn purge_by_filters(backend: Backend) {
+    let tool = backend.engine(None);
+    tool.refund("c-9", 1);
+    tool.refund("c-9", 2);
+    let other = tool.refund("c-10", 3);
+    let running = tool.running("c-9");
+
+    let refused = backend.idem(&["purge"]).expect(2);
+    assert!(refused.stderr.contains("--all"), "{refused:?}");
+    let purged = backend
+        .idem(&["purge", "--scope", "conversation=c-9", "--json"])
+        .expect(0);
+    assert_eq!(purged.json(), json!({"deleted": 2, "kept": 1}));
+    assert!(purged.stderr.contains("pass --force"), "{purged:?}");
+    let kept = backend.idem(&["purge", &running]).expect(1);
+    assert!(
+        kept.stderr.contains("in progress") && kept.stderr.contains("--force"),
+        "{kept:?}"
+    );
+    backend.idem(&["show", &running]).expect(0);
+    let forced = backend
+        .idem(&["purge", "--scope", "conversation=c-9", "--force"])
+        .expect(0);
+    assert_eq!(forced.stdout, "deleted 1 record\n");
+    backend
+        .idem(&[
+            "purge",
+            "--tool",
+            "send_refund",
+            "--scope",
+            "conversation=c-9",
+        ])
+        .expect(1);
+    backend.idem(&["show", &other]).expect(0);
+    let all = backend.idem(&["purge", "--all"]).expect(0);
+    assert_eq!(all.stdout, "deleted 1 record\n");
+}
+
+/// `stats` counts by state and tool.
+fn stats_by_state_and_tool(backend: Backend) {
+    let tool = backend.engine(None);
+    tool.refund("c-9", 1);
+    tool.refund("c-10", 2);
+    tool.running("c-9");
+    let stats = backend.idem(&["stats", "--json"]).expect(0).json();
+    assert_eq!(
+        stats,
+        json!({
+            "total": {"records": 3, "completed": 2, "in_progress": 1, "outcome_unknown": 0},
+            "by_tool": {
+                "send_refund": {"records": 3, "completed": 2, "in_progress": 1, "outcome_unknown": 0},
+            },
+        })
+    );
+    let table = backend.idem(&["stats"]).expect(0).stdout;
+    assert!(table.starts_with("TOOL"), "{table}");
+    assert!(
+        table.contains("send_refund  3        2          1            0"),
+        "{table}"
+    );
+}
+
+macro_rules! on_backend {
+    ($module:ident, $make:path) => {
+        mod $module {
+            // pins X1, X2, X3, I1, I2, I4, P1, P3
+            #[test]
+            fn done_when() {
+                super::done_when($make());
+            }
+
+            // pins K11, K7, I2, X1
+            #[test]
+            fn namespaces_and_composite_scopes() {
+                super::namespaces_and_composite_scopes($make());
+            }
+
+            // pins I3, X2
+            #[test]
+            fn ls_pages_with_a_cursor() {
+                super::ls_pages_with_a_cursor($make());
+            }
+
+            // pins I4, X3
+            #[test]
+            fn purge_by_filters() {
+                super::purge_by_filters($make());
+            }
+
+            // pins I5, X2
+            #[test]
+            fn stats_by_state_and_tool() {
+                super::stats_by_state_and_tool($make());
+            }
+        }
+    };
+}
+
+on_backend!(sqlite, super::sqlite);
+#[cfg(feature = "test-postgres")]
+on_backend!(postgres, super::postgres);
+#[cfg(feature = "test-redis")]
+on_backend!(redis, super::redis);
+
+const SOME_KEY: &str = "25b613dba478f508522c4d3ec3e2ef5c19e66dbffbbd8334f58f1a4053b71364";
+
+// pins X3, X4: a stopped server is exit 3 with a clear message, and the password is
+// printed nowhere
+#[test]
+fn a_stopped_server_is_exit_3_without_the_password() {
+    for locator in [
+        "postgres://user:secret@127.0.0.1:1/db",
+        "redis://:secret@127.0.0.1:1",
+    ] {
+        // All at once: each waits for the refused connection's retries.
+        let runs: Vec<(Vec<&str>, std::process::Child)> = [
+            vec!["show", SOME_KEY],
+            vec![
+                "show",
+                "--tool",
+                "send_refund",
+                "--scope",
+                "conversation=c-9",
+                "--args",
+                ARGS,
+            ],
+            vec!["ls"],
+            vec!["ls", "--json"],
+            vec!["purge", SOME_KEY],
+            vec!["purge", "--all"],
+            vec!["stats", "--json"],
+        ]
+        .into_iter()
+        .map(|args| {
+            let child = spawn(&[&["--store", locator][..], &args].concat(), &[]);
+            (args, child)
+        })
+        .collect();
+        for (args, child) in runs {
+            let run = wait(child).expect(3);
+            assert!(
+                !run.stdout.contains("secret"),
+                "{locator} {args:?}: {run:?}"
+            );
+            assert!(
+                !run.stderr.contains("secret"),
+                "{locator} {args:?}: {run:?}"
+            );
+            assert!(run.stderr.contains(":***@127.0.0.1:1"), "{run:?}");
+            assert!(
+                run.stderr.starts_with("idem: the store is unavailable: ")
+                    && run.stderr.contains("Connection refused"),
+                "{run:?}"
+            );
+            assert_eq!(run.stdout, "");
+        }
+        // The same from IDEM_STORE.
+        let env = idem_env(&["show", SOME_KEY], &[("IDEM_STORE", locator)]).expect(3);
+        assert!(!env.stderr.contains("secret"), "{env:?}");
+        // key touches no store.
+        let key = idem(&[
+            "--store",
+            locator,
+            "key",
+            "--tool",
+            "send_refund",
+            "--scope",
+            "conversation=c-9",
+            "--args",
+            ARGS,
+        ])
+        .expect(0);
+        assert_eq!(key.stdout, format!("{SOME_KEY}\n"));
+    }
+}
+
+// pins X3, X4: a server that accepts connections and never answers is exit 3 after
+// --timeout, naming the store without its password
+#[test]
+fn a_server_that_never_answers_is_exit_3_after_the_timeout() {
+    // The kernel completes connections into the backlog; nobody ever reads or writes.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    for locator in [
+        format!("postgres://user:secret@127.0.0.1:{port}/db"),
+        format!("redis://:secret@127.0.0.1:{port}"),
+    ] {
+        let started = std::time::Instant::now();
+        let run = idem(&["--timeout", "1s", "--store", &locator, "show", SOME_KEY]).expect(3);
+        assert!(started.elapsed() < Duration::from_secs(10), "{run:?}");
+        assert!(
+            run.stderr.contains("no answer within 1s (--timeout)")
+                && run.stderr.contains(":***@127.0.0.1:"),
+            "{run:?}"
+        );
+        assert!(!run.stderr.contains("secret"), "{run:?}");
+    }
+}
+
+// pins X3: an SQLite file that does not exist (here: in a directory that does not exist)
+// is exit 3, and is not created
+#[test]
+fn a_missing_sqlite_file_is_exit_3_and_not_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("no-such-dir").join("idem.db");
+    let locator = format!("sqlite:{}", path.display());
+    let run = idem(&["--store", &locator, "show", SOME_KEY]).expect(3);
+    assert!(run.stderr.contains("does not exist"), "{run:?}");
+    let path = dir.path().join("idem.db");
+    idem(&["--store", &format!("sqlite:{}", path.display()), "stats"]).expect(3);
+    assert!(!path.exists(), "idem never creates a store file");
+}
+
+// pins X1, X3: no store is exit 2 naming --store and IDEM_STORE; a bad locator names
+// where it came from, its password hidden
+#[test]
+fn a_missing_or_bad_store_is_exit_2() {
+    let none = idem(&["ls"]).expect(2);
+    assert!(
+        none.stderr.contains("--store") && none.stderr.contains("IDEM_STORE"),
+        "{none:?}"
+    );
+    let bad = idem(&["--store", "mysql://u:secret@db/x", "ls"]).expect(2);
+    assert!(
+        bad.stderr
+            .contains("--store: unknown store `mysql://u:***@db/x`"),
+        "{bad:?}"
+    );
+    assert!(!bad.stderr.contains("secret"));
+    let from_env = idem_env(&["ls"], &[("IDEM_STORE", "sqlite:")]).expect(2);
+    assert!(from_env.stderr.contains("IDEM_STORE: "), "{from_env:?}");
+    let namespace = idem(&["--namespace", "", "key", "--tool", "t", "--args", "{}"]).expect(2);
+    assert!(namespace.stderr.contains("--namespace"), "{namespace:?}");
+}
+
+// pins X3: bad input is exit 2, the message naming the option or value
+#[test]
+fn bad_input_is_exit_2_naming_the_option() {
+    let backend = sqlite();
+    for (args, needle) in [
+        (vec!["show", "not-a-key"], "KEY \"not-a-key\""),
+        (vec!["purge", "abc123"], "expected 64 hex digits"),
+        (
+            vec![
+                "show",
+                "--tool",
+                "t",
+                "--scope",
+                "conversation",
+                "--args",
+                "{}",
+            ],
+            "--scope <KIND=VALUE>",
+        ),
+        (
+            vec![
+                "show",
+                "--tool",
+                "t",
+                "--scope",
+                "conversation=",
+                "--args",
+                "{}",
+            ],
+            "empty value",
+        ),
+        (
+            vec![
+                "show",
+                "--tool",
+                "t",
+                "--scope",
+                "conversation=c",
+                "--args",
+                "{\"a\":",
+            ],
+            "--args: not valid JSON",
+        ),
+        (
+            vec!["key", "--tool", "t", "--args", "[4417]"],
+            "--args: expected a JSON object",
+        ),
+        (vec!["key", "--tool", "t"], "--args: needed"),
+        (vec!["ls", "--limit", "1001"], "--limit <N>"),
+        (vec!["ls", "--state", "done"], "--state <STATE>"),
+        (vec!["ls", "--since", "last tuesday"], "--since: "),
+        (vec!["ls", "--cursor", "nope"], "--cursor: "),
+        (vec!["show", SOME_KEY, "--tool", "t"], "cannot be used with"),
+        (vec!["purge"], "at least one filter"),
+        (vec!["frobnicate"], "unrecognized subcommand"),
+    ] {
+        let run = backend.idem(&args).expect(2);
+        assert!(run.stderr.contains(needle), "{args:?}: {run:?}");
+    }
+}
+
+// pins X1: --help says units and formats; exit 0
+#[test]
+fn help_says_formats() {
+    let help = idem(&["ls", "--help"]).expect(0).stdout;
+    for needle in ["RFC 3339", "1 to 1000", "KIND=VALUE", "next_cursor"] {
+        assert!(help.contains(needle), "{needle}: {help}");
+    }
+    let help = idem(&["--help"]).expect(0).stdout;
+    assert!(help.contains("empty in a fresh process"), "{help}");
+    assert!(help.contains("Exit status"), "{help}");
+}
