@@ -424,6 +424,33 @@ fn missing_scope_has_its_span_without_a_key() {
     assert!(named(&span, "store").is_empty());
 }
 
+// pins V2, E3: a run-time override that conflicts with the attribute is bad_configuration,
+// before any key or store operation
+#[test]
+fn a_conflicting_override_is_bad_configuration() {
+    let tool = spec("v2_bad_configuration", 60_000, 5_000);
+    let engine = Engine::builder()
+        .clock(ManualClock::new())
+        .tool(
+            "v2_bad_configuration",
+            idem_runtime::ToolSettings::new().with_lease(std::time::Duration::from_secs(90_000)),
+        )
+        .build()
+        .unwrap();
+    let ctx = CallContext::new()
+        .with_engine(engine)
+        .with_conversation("conv_config");
+    captured();
+    let error = prepare(tool, Some(&ctx), |a| a.key("order", &1u64).map(drop)).unwrap_err();
+    assert!(matches!(error, Error::Config { .. }), "{error:?}");
+    let span = nth_span("v2_bad_configuration", 0);
+    assert_eq!(field(&span.fields, "status"), Some("bad_configuration"));
+    assert_eq!(field(&span.fields, "key"), None);
+    let event = one(&span, "bad_configuration", Level::WARN);
+    assert!(field(&event.fields, "error").is_some());
+    assert!(named(&span, "store").is_empty());
+}
+
 // pins V2
 #[test]
 fn arguments_that_cannot_be_keyed_are_bad_arguments() {
