@@ -28,39 +28,14 @@ use syn::parse::{ParseStream, Parser};
 use syn::punctuated::Punctuated;
 use syn::{Expr, ExprLit, ExprPath, Ident, Lit, LitStr, Token};
 
+use crate::scope::{parse_scope_option, ScopeKind};
+use crate::typo::closest;
+
 /// A value and the span of the token it was written as.
 #[derive(Debug, Clone)]
 pub(crate) struct Spanned<T> {
     pub value: T,
     pub span: Span,
-}
-
-/// The scope option (K7).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum ScopeKind {
-    Conversation,
-    Global,
-    Call,
-    Named(String),
-    /// `tenant+conversation`: two or more of `conversation` and named scopes (K7).
-    Composite(Vec<ScopeKind>),
-}
-
-impl ScopeKind {
-    /// The name as written: `conversation`, `tenant`, `tenant+conversation`.
-    pub(crate) fn name(&self) -> String {
-        match self {
-            ScopeKind::Conversation => "conversation".to_owned(),
-            ScopeKind::Global => "global".to_owned(),
-            ScopeKind::Call => "call".to_owned(),
-            ScopeKind::Named(name) => name.clone(),
-            ScopeKind::Composite(parts) => parts
-                .iter()
-                .map(ScopeKind::name)
-                .collect::<Vec<_>>()
-                .join("+"),
-        }
-    }
 }
 
 /// What happens to a claim whose body was cancelled (its future dropped) or panicked after
@@ -518,137 +493,6 @@ fn reconcile_path(value: &Expr) -> syn::Result<ExprPath> {
     }
 }
 
-const BUILTIN_SCOPES: &[&str] = &["conversation", "global", "call"];
-
-/// One scope name, or a composite of several joined by `+` (K7): each part is a scope name
-/// ([`parse_scope`]), `conversation` or user-named, each at most once.
-fn parse_scope_option(lit: &LitStr) -> syn::Result<ScopeKind> {
-    let text = lit.value();
-    if !text.contains('+') {
-        return parse_scope(lit);
-    }
-    let mut parts = Vec::new();
-    for name in text.split('+') {
-        let part = parse_scope(&LitStr::new(name, lit.span()))?;
-        let refused = match part {
-            ScopeKind::Global => Some("`global` has no value"),
-            ScopeKind::Call => Some("`call` is keyed within its conversation already"),
-            _ => None,
-        };
-        if let Some(why) = refused {
-            return Err(syn::Error::new(
-                lit.span(),
-                format!("`{name}` cannot be part of a composite scope ({why}); compose `conversation` and scopes of your own, like \"tenant+conversation\""),
-            ));
-        }
-        if parts.contains(&part) {
-            return Err(syn::Error::new(
-                lit.span(),
-                format!("scope `{name}` is named twice in \"{text}\""),
-            ));
-        }
-        parts.push(part);
-    }
-    Ok(ScopeKind::Composite(parts))
-}
-
-/// The built-in scope that `name` is probably a typo of (K12): one within two edits
-/// (insertions, deletions, substitutions or swaps of two neighbours, ignoring ASCII case)
-/// of `conversation`, `global` or `call`, without being it. A scope name of the user's own
-/// must be further away than that from every built-in: short names near `call` (`all`,
-/// `cell`, `cart`, `cat`) or `global` (`local`, `goal`) are rejected on purpose, since a
-/// typo of a built-in would otherwise silently key the tool on a value nobody sets.
-///
-/// Applied to each scope name on its own, so that it applies to every part of a scope
-/// written as several.
-pub(crate) fn suggest_builtin(name: &str) -> Option<&'static str> {
-    if BUILTIN_SCOPES.contains(&name) {
-        return None;
-    }
-    let lower = name.to_ascii_lowercase();
-    BUILTIN_SCOPES
-        .iter()
-        .map(|builtin| (damerau_distance(&lower, builtin), *builtin))
-        .filter(|(distance, _)| *distance <= 2)
-        .min_by_key(|(distance, _)| *distance)
-        .map(|(_, builtin)| builtin)
-}
-
-/// The edit distance between `a` and `b` counting insertions, deletions, substitutions
-/// and swaps of two neighbouring characters as one edit each (optimal string alignment:
-/// `conversaiton` is one edit from `conversation`).
-fn damerau_distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    // d[i][j]: distance between the first i chars of a and the first j of b.
-    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for (i, row) in d.iter_mut().enumerate() {
-        row[0] = i;
-    }
-    for (j, cell) in d[0].iter_mut().enumerate() {
-        *cell = j;
-    }
-    for i in 1..=a.len() {
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut best = (d[i - 1][j] + 1)
-                .min(d[i][j - 1] + 1)
-                .min(d[i - 1][j - 1] + cost);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                best = best.min(d[i - 2][j - 2] + 1);
-            }
-            d[i][j] = best;
-        }
-    }
-    d[a.len()][b.len()]
-}
-
-/// `conversation`, `global`, `call`, or a user-named scope (`tenant`): letters, digits,
-/// `_`, `-` and `.`, starting with a letter, more than two edits from every built-in
-/// (K12).
-fn parse_scope(lit: &LitStr) -> syn::Result<ScopeKind> {
-    let text = lit.value();
-    match text.as_str() {
-        "conversation" => return Ok(ScopeKind::Conversation),
-        "global" => return Ok(ScopeKind::Global),
-        "call" => return Ok(ScopeKind::Call),
-        _ => {}
-    }
-    if let Some(builtin) = BUILTIN_SCOPES
-        .iter()
-        .find(|b| b.eq_ignore_ascii_case(text.trim()))
-    {
-        return Err(syn::Error::new(
-            lit.span(),
-            format!("scope names are case-sensitive: did you mean `scope = \"{builtin}\"`?"),
-        ));
-    }
-    let valid = text.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
-        && text
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
-    if !valid {
-        return Err(syn::Error::new(
-            lit.span(),
-            format!(
-                "invalid scope name \"{}\": use \"conversation\" (the default), \"global\", \"call\", or a name of your own made of ASCII letters, digits, `_`, `-` and `.`, starting with a letter (like \"tenant\"), whose value is set with `CallContext::with_scope`",
-                text.escape_default()
-            ),
-        ));
-    }
-    if let Some(builtin) = suggest_builtin(&text) {
-        return Err(syn::Error::new(lit.span(), scope_typo(&text, builtin)));
-    }
-    Ok(ScopeKind::Named(text))
-}
-
-/// The error of a scope name `name` within two edits of the built-in `builtin` (K12).
-fn scope_typo(name: &str, builtin: &str) -> String {
-    format!(
-        "unknown scope `{name}`: did you mean `{builtin}`? (a scope name of your own must differ from the built-in ones by more than two edits)"
-    )
-}
-
 /// A tool name as the providers accept it (OpenAI, Anthropic, Gemini, MCP): 1 to 64
 /// ASCII letters, digits, `_`, `-` and `.`.
 pub(crate) fn parse_tool_name(lit: &LitStr) -> syn::Result<String> {
@@ -733,33 +577,6 @@ fn check_relations(options: &Options, errors: &mut Errors) {
 const DEFAULT_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 const DEFAULT_LEASE: Duration = Duration::from_secs(60);
 
-/// The candidate closest to `word` by edit distance, if it is close enough to be a typo.
-pub(crate) fn closest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
-    candidates
-        .iter()
-        .map(|c| (edit_distance(word, c), *c))
-        .filter(|(d, c)| *d <= 2 && *d < c.len())
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, c)| c)
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (above + 1)
-                .min(row[j] + 1)
-                .min(diagonal + usize::from(ca != *cb));
-            diagonal = above;
-        }
-    }
-    row[b.len()]
-}
-
 /// The backend a store locator names, by its scheme (the full syntax is checked by the
 /// runtime's `StoreLocator`, which also reports a disabled cargo feature).
 fn store_backend(lit: &LitStr) -> syn::Result<&'static str> {
@@ -791,6 +608,8 @@ fn store_backend(lit: &LitStr) -> syn::Result<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scope::{suggest_builtin, BUILTIN_SCOPES};
+    use crate::typo::edit_distance;
     use quote::quote;
 
     fn ok(tokens: TokenStream) -> Options {
@@ -1094,9 +913,9 @@ mod tests {
         for builtin in BUILTIN_SCOPES {
             assert_eq!(suggest_builtin(builtin), None);
         }
-        assert_eq!(damerau_distance("ca", "ac"), 1);
-        assert_eq!(damerau_distance("", "call"), 4);
-        assert_eq!(damerau_distance("tenant", "call"), 5);
+        assert_eq!(edit_distance("ca", "ac"), 1);
+        assert_eq!(edit_distance("", "call"), 4);
+        assert_eq!(edit_distance("tenant", "call"), 5);
     }
 
     #[test]

@@ -67,11 +67,12 @@ use quote::{quote, quote_spanned, ToTokens};
 use syn::ext::IdentExt;
 use syn::{Item, ItemFn, TraitItemFn, Type};
 
-use crate::attr::{self, Errors, OnCancel, Options, ScopeKind};
+use crate::attr::{self, Errors, OnCancel, Options};
 use crate::companion;
 use crate::facade;
 use crate::item::{self, Param, Role, ToolFn};
 use crate::rmcp;
+use crate::scope::ScopeKind;
 
 /// The whole expansion: the rewritten fn and its companion, or, on any error, the errors
 /// and the item unchanged (C3).

@@ -267,7 +267,7 @@ fn missing_argument(params: &[Param], fn_name: &str, wanted: &str) -> String {
         message.push_str(": it takes no arguments that could be keyed");
     } else {
         message.push_str(&format!("; its arguments are: {}", names.join(", ")));
-        if let Some(close) = crate::attr::closest(wanted, &names) {
+        if let Some(close) = crate::typo::closest(wanted, &names) {
             message.push_str(&format!("; did you mean `{close}`?"));
         }
     }

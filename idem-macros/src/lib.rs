@@ -2,7 +2,8 @@
 //! re-exports it: the generated code finds it under the name your `Cargo.toml` gives it
 //! (a renamed dependency too), or at `#[idempotent(crate = "path")]`.
 //!
-//! Layout: `attr` parses the attribute's options, `item` checks the fn and sorts its
+//! Layout: `attr` parses the attribute's options (`scope` the scope option, `typo` the
+//! suggestions for misspelt names), `item` checks the fn and sorts its
 //! arguments, `expand` writes the fn around the call protocol, `companion` writes the
 //! dispatch companion.
 
@@ -14,6 +15,8 @@ mod expand;
 mod facade;
 mod item;
 mod rmcp;
+mod scope;
+mod typo;
 
 use proc_macro::TokenStream;
 
