@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --example replay
-replay=target/release/examples/replay
+replay="${CARGO_TARGET_DIR:-target}/release/examples/replay"
 transcripts=(examples/transcripts/*.json)
 
 field() { sed -E "s/.*\"$1\":([0-9]+).*/\1/" <<<"$2"; }

@@ -33,7 +33,8 @@
 //! idem's traces go to stderr: each call's `idem.call` span with its fields (tool, key,
 //! status, attempt, fence) on every event inside it, and one line when the span closes.
 //! `idem=info` shows the closed spans and warnings only, `idem=trace` adds renewals and
-//! store latencies. Stdout is the same with or without it.
+//! store latencies. Stdout is the same with or without it (up to the random labels of
+//! Gemini calls that come without an id or a `responseId`, which differ on every run).
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;

@@ -392,6 +392,19 @@ fn env_settings() -> Result<Arc<Overrides>, StoreError> {
         .map_err(|e| StoreError::new("config", StoreErrorKind::Unsupported, e.to_string()))
 }
 
+/// The parse of `IDEM_NAMESPACE`, read once per process (K11).
+static ENV_NAMESPACE: OnceLock<Result<Option<Arc<str>>, EngineConfigError>> = OnceLock::new();
+
+/// The default engine's namespace (K11), read once per process, as a store error when the
+/// variable is invalid: the same for the default engine and for tools with their own store
+/// called outside any engine, so one call never gets two keys in one process.
+fn env_namespace() -> Result<Option<Arc<str>>, StoreError> {
+    ENV_NAMESPACE
+        .get_or_init(read_env_namespace)
+        .clone()
+        .map_err(|e| StoreError::new("config", StoreErrorKind::Unsupported, e.to_string()))
+}
+
 /// Serialises the first opening of the default store, so that racing first calls share one
 /// store (one pool, one connection) rather than each opening their own.
 static DEFAULT_INIT: Mutex<()> = Mutex::new(());
@@ -433,8 +446,7 @@ pub fn default_engine() -> Result<Engine, StoreError> {
     let store = locator
         .and_then(|locator| locator.open())
         .map_err(|e| e.from_origin(STORE_ENV_VAR).into_store_error())?;
-    let namespace = read_env_namespace()
-        .map_err(|e| StoreError::new("config", StoreErrorKind::Unsupported, e.to_string()))?;
+    let namespace = env_namespace()?;
     let engine = Engine {
         store,
         clock: Arc::new(SystemClock),
@@ -505,7 +517,7 @@ pub(crate) fn tool_engine(
                 store,
                 clock: Arc::new(SystemClock),
                 settings: env_settings()?,
-                namespace: None,
+                namespace: env_namespace()?,
             },
         },
     })

@@ -40,7 +40,8 @@ pub struct ScopePart {
 /// `tenant=acme/conversation=c-1` for the composite scope `tenant+conversation`.
 ///
 /// Its text form ([`Display`](fmt::Display), [`FromStr`]) joins the parts with `/` and
-/// percent-encodes `%`, `/` and `=` inside values, so the text is unambiguous and one
+/// percent-encodes `%`, `/`, `=` and ASCII control characters (NUL, which PostgreSQL text
+/// cannot hold, among them) inside values, so the text is unambiguous and one
 /// path's text is a prefix of another's exactly when its parts are a prefix of the other's
 /// (what list filters match on, I3). The empty path's text is the empty string.
 ///
@@ -233,13 +234,39 @@ impl ScopePath {
     }
 }
 
-/// Whether `name` is a scope name: ASCII letters, digits, `_`, `-` and `.`, starting with a
-/// letter (the attribute's rule).
+/// Whether `name` is a scope name: ASCII letters, digits, `_`, `-`, `.` and `:`, starting
+/// with a letter (the attribute's rule, plus `:` for the scopes integrations name, such as
+/// rmcp's `mcp:idempotencyKey`).
 pub(crate) fn is_scope_name(name: &str) -> bool {
     name.starts_with(|c: char| c.is_ascii_alphabetic())
         && name
             .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'))
+}
+
+impl ScopePath {
+    /// The path a store kept as text ([`Display`](fmt::Display)), read without judging it:
+    /// every `/`-separated piece is a part, its kind the text before the first `=`, its value
+    /// the rest, percent-decoded where that decodes (else kept as written). Never fails, so
+    /// that a label written by another build, or for a hand-built scope whose name the
+    /// attribute would refuse, never makes its record unreadable (P1, P4): the record's
+    /// outcome matters more than its label.
+    pub fn from_stored(text: &str) -> Self {
+        if text.is_empty() {
+            return ScopePath::new();
+        }
+        let parts = text
+            .split('/')
+            .map(|piece| {
+                let (kind, raw) = piece.split_once('=').unwrap_or((piece, ""));
+                ScopePart {
+                    kind: kind.to_owned(),
+                    value: percent_decode(raw).unwrap_or_else(|| raw.to_owned()),
+                }
+            })
+            .collect();
+        ScopePath { parts }
+    }
 }
 
 impl fmt::Display for ScopePath {
@@ -255,6 +282,7 @@ impl fmt::Display for ScopePath {
                     '%' => f.write_str("%25")?,
                     '/' => f.write_str("%2F")?,
                     '=' => f.write_str("%3D")?,
+                    c if c.is_ascii_control() => write!(f, "%{:02X}", c as u8)?,
                     c => write!(f, "{c}")?,
                 }
             }
@@ -386,9 +414,12 @@ mod tests {
         ] {
             assert_eq!(path(text).to_string(), text);
         }
-        let tricky = ScopePath::new().with("conversation", "a/b=c%d é");
-        assert_eq!(tricky.to_string(), "conversation=a%2Fb%3Dc%25d é");
+        let tricky = ScopePath::new().with("conversation", "a/b=c%d é\0\n\u{7f}");
+        assert_eq!(tricky.to_string(), "conversation=a%2Fb%3Dc%25d é%00%0A%7F");
         assert_eq!(path(&tricky.to_string()), tricky);
+        assert_eq!(ScopePath::from_stored(&tricky.to_string()), tricky);
+        let client_key = ScopePath::new().with("mcp:idempotencyKey", "k-1");
+        assert_eq!(path(&client_key.to_string()), client_key);
     }
 
     // pins P1: a prefix of parts is a prefix of the text, never a false one
@@ -399,6 +430,22 @@ mod tests {
         assert!(long.starts_with(&ScopePath::new()));
         assert!(!long.starts_with(&path("tenant=ac")));
         assert!(!path("tenant=acme%2Fx").starts_with(&path("tenant=acme")));
+    }
+
+    // pins P1, P4: a stored scope text is read whatever it holds, never failing its record
+    #[test]
+    fn stored_text_is_read_leniently() {
+        let odd = ScopePath::from_stored("a+b=x/no-equals/=v/k=%zz");
+        let parts: Vec<(&str, &str)> = odd
+            .parts()
+            .iter()
+            .map(|p| (p.kind.as_str(), p.value.as_str()))
+            .collect();
+        assert_eq!(
+            parts,
+            [("a+b", "x"), ("no-equals", ""), ("", "v"), ("k", "%zz")]
+        );
+        assert!(ScopePath::from_stored("").is_global());
     }
 
     // pins P1, K7: bad paths are typed errors naming the part

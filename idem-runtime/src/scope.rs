@@ -50,6 +50,63 @@ impl Scope {
         }
     }
 
+    /// The user-named scopes whose values a call of this scope reads from its context: the
+    /// scope itself if it is [`Named`](Scope::Named), a composite's named parts, else none.
+    /// For integrations that build a call's context from their host's.
+    pub fn named_parts(&self) -> Vec<&'static str> {
+        match self {
+            Scope::Named(name) => vec![*name],
+            Scope::Composite { parts, .. } => parts
+                .iter()
+                .filter_map(|part| match part {
+                    Scope::Named(name) => Some(*name),
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Whether a scope built by hand (not by the attribute, which checks at compile time)
+    /// names scopes as the attribute allows: a named scope is a scope name (ASCII letters,
+    /// digits, `_`, `-`, `.`, `:`, starting with a letter: never `+`, so that no named scope
+    /// can pose as a composite, K7), and a composite's kind is its parts' kinds joined by
+    /// `+`, its parts `conversation` or named scopes.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the tool and the scope.
+    fn check(&self, tool: &str) -> Result<(), Error> {
+        let refuse = |why: String| {
+            Err(Error::Config {
+                tool: tool.to_owned(),
+                message: why,
+            })
+        };
+        match self {
+            Scope::Named(name) if !crate::label::is_scope_name(name) => refuse(format!(
+                "scope name {name:?} is not a scope name: ASCII letters, digits, `_`, `-`, `.` \
+                 and `:`, starting with a letter (a composite is `Scope::Composite`)"
+            )),
+            Scope::Composite { kind, parts } => {
+                let named_well = parts.iter().all(|part| match part {
+                    Scope::Conversation => true,
+                    Scope::Named(name) => crate::label::is_scope_name(name),
+                    _ => false,
+                });
+                let joined = parts.iter().map(Scope::kind).collect::<Vec<_>>().join("+");
+                if parts.len() < 2 || !named_well || joined != *kind {
+                    return refuse(format!(
+                        "composite scope {kind:?} must have two or more parts, each \
+                         `Scope::Conversation` or a `Scope::Named` scope name, and the kind \
+                         {joined:?} (its parts' kinds joined by `+`)"
+                    ));
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// The scope path of a call made under `context` (P1): the parts whose values the key
     /// is derived from ([`ScopePath::with_component`]).
     ///
@@ -58,7 +115,8 @@ impl Scope {
     /// has no such value, or only an empty one (K7): never a silently shared key. (Several
     /// frameworks default a missing thread id to `""`; read as a real id, it would make
     /// every such conversation one.) A composite scope names the first part that is
-    /// missing, or that cannot be a part.
+    /// missing. [`Error::Config`] for a scope built by hand that the attribute would refuse
+    /// (a named scope that is not a scope name, a composite whose kind is not its parts').
     pub fn resolve(&self, tool: &str, context: Option<&CallContext>) -> Result<ScopePath, Error> {
         let missing = |kind: &str| Error::MissingScope {
             tool: tool.to_owned(),
@@ -76,6 +134,7 @@ impl Scope {
                 .map(str::to_owned)
                 .ok_or_else(|| missing(scope.kind()))
         };
+        self.check(tool)?;
         let path = ScopePath::new();
         Ok(match self {
             Scope::Global => path,
@@ -176,5 +235,42 @@ mod tests {
         };
         let context = full.with_tool_call("call_1");
         assert!(WITH_CALL.resolve("refund", Some(&context)).is_err());
+    }
+
+    // pins K7, K12: scopes built by hand that the attribute would refuse are Config errors,
+    // so that no named scope can pose as a composite (`a+b`) and no label becomes unreadable
+    #[test]
+    fn hand_built_scopes_are_checked() {
+        let context = CallContext::new()
+            .with_conversation("c-1")
+            .with_scope("tenant+conversation", r#"["acme","c-1"]"#)
+            .with_scope("tenant", "acme");
+        static WRONG_KIND: Scope = Scope::Composite {
+            kind: "conversation+tenant",
+            parts: &[Scope::Named("tenant"), Scope::Conversation],
+        };
+        static ONE_PART: Scope = Scope::Composite {
+            kind: "tenant",
+            parts: &[Scope::Named("tenant")],
+        };
+        for scope in [
+            Scope::Named("tenant+conversation"),
+            Scope::Named("a b"),
+            Scope::Named(""),
+            WRONG_KIND,
+            ONE_PART,
+        ] {
+            let error = scope.resolve("refund", Some(&context)).unwrap_err();
+            assert!(
+                matches!(error, Error::Config { .. }),
+                "{scope:?}: {error:?}"
+            );
+        }
+        assert!(Scope::Named("mcp:idempotencyKey")
+            .resolve(
+                "refund",
+                Some(&context.clone().with_scope("mcp:idempotencyKey", "k"))
+            )
+            .is_ok());
     }
 }

@@ -30,9 +30,10 @@ pub struct ToolCall {
     /// Also the value `scope = "call"` tools are keyed by (K7).
     pub id: String,
     /// `true` when the provider sent no id and this one was made up. Gemini only:
-    /// `"<turn>:<part index>"`, where `<turn>` is the response's `responseId` when it has
-    /// one, else the turn's [`index`](Turn::index). Deterministic: parsing the same
-    /// document again gives the same ids. A synthesized id is never sent back to the
+    /// `"<label>:<part index>"`, where `<label>` is the response's `responseId` when it has
+    /// one, a content's position in a `contents` history, and a random label drawn per
+    /// parse for a response without `responseId` (each received response is a new turn;
+    /// see the Gemini parser's docs). Deterministic except in that last case. A synthesized id is never sent back to the
     /// provider (Gemini's `functionResponse` gets an `id` only when the call had one).
     pub id_synthesized: bool,
     /// The tool's name, as the model called it.

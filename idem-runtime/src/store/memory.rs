@@ -290,10 +290,9 @@ impl Store for MemoryStore {
         let mut state = self.lock();
         let outcome = match state.records.get(key) {
             None => PurgeOutcome::Absent,
-            Some(record) if now >= record.expires_at => {
-                state.records.remove(key);
-                PurgeOutcome::Absent
-            }
+            // Expired: absent, and left to the sweep (it keeps the fence, F1), as the other
+            // stores do.
+            Some(record) if now >= record.expires_at => PurgeOutcome::Absent,
             Some(record) if !force && StateFilter::of(&record.state) != StateFilter::Completed => {
                 PurgeOutcome::Kept(record.clone())
             }

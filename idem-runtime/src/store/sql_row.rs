@@ -44,27 +44,17 @@ impl SqlLabel {
         }
     }
 
-    /// The label, `None` for a row without one (no tool), or `corrupt(…)` for a scope text
-    /// that does not parse.
-    pub(crate) fn decode(
-        self,
-        corrupt: impl Fn(&str) -> StoreError,
-    ) -> Result<Option<RecordLabel>, StoreError> {
-        let Some(tool) = self.tool else {
-            return Ok(None);
-        };
-        let scope: ScopePath = self
-            .scope
-            .as_deref()
-            .unwrap_or_default()
-            .parse()
-            .map_err(|e| corrupt(&format!("scope: {e}")))?;
-        Ok(Some(RecordLabel {
+    /// The label, `None` for a row without one (no tool). The scope text is read leniently
+    /// ([`ScopePath::from_stored`]): a label never makes its record unreadable.
+    pub(crate) fn decode(self) -> Option<RecordLabel> {
+        let tool = self.tool?;
+        let scope = ScopePath::from_stored(self.scope.as_deref().unwrap_or_default());
+        Some(RecordLabel {
             tool,
             namespace: self.namespace,
             scope,
             key_args: self.key_args,
-        }))
+        })
     }
 }
 
@@ -116,7 +106,7 @@ impl SqlRow {
             expires_at: time(self.expires_at, "expires_at")?,
             fence: decode_fence(self.fence, &corrupt)?,
             state,
-            label: self.label.decode(&corrupt)?,
+            label: self.label.decode(),
         })
     }
 }

@@ -457,3 +457,33 @@ pub async fn tenants_never_share_a_record(make: Factory) {
     };
     assert_eq!(h.store.list(&in_b, h.now()).await.unwrap().records.len(), 1);
 }
+
+// pins P1, P4, M4, K1: labels a claim writes read back unchanged and never make their record
+// unreadable: rmcp's client-key scope (`mcp:idempotencyKey`), a hand-built kind with `+`,
+// values with NUL, `/`, `=` and `%`; the record replays and lists
+pub async fn odd_labels_round_trip_and_never_break_a_record(make: Factory) {
+    let h = harness(make);
+    let labels = [
+        RecordLabel::new(
+            "transfer",
+            ScopePath::new().with("mcp:idempotencyKey", "client-key-1"),
+        ),
+        RecordLabel::new("transfer", ScopePath::from_stored("a+b=x")),
+        RecordLabel::new("transfer", conversation("nul\0in/the=middle%")),
+    ];
+    for (i, label) in labels.iter().enumerate() {
+        let key = key_of(default_spec(), &h.ctx("odd"), i as u64);
+        claim_in_progress(&h, &key, label).await;
+        let record = h
+            .store
+            .read(&key, h.now())
+            .await
+            .unwrap()
+            .expect("readable");
+        assert_eq!(record.label.as_ref(), Some(label), "{label:?}");
+    }
+    let listed = h.store.list(&ListQuery::new(), h.now()).await.unwrap();
+    assert_eq!(listed.records.len(), labels.len());
+    let mcp = ListQuery::new().scope(ScopePath::new().with("mcp:idempotencyKey", "client-key-1"));
+    assert_eq!(h.store.list(&mcp, h.now()).await.unwrap().records.len(), 1);
+}

@@ -171,6 +171,7 @@ macro_rules! conformance_suite {
                 purge_matching_deletes_what_the_filter_selects,
                 stats_count_live_records_by_state_and_tool,
                 tenants_never_share_a_record,
+                odd_labels_round_trip_and_never_break_a_record,
             );
             multi_thread_tests!(
                 sixty_four_concurrent_async_callers_run_the_body_once,

@@ -359,7 +359,7 @@ impl<T: Tool> Idempotent<T> {
         if let Some(id) = base.tool_call_id() {
             own = own.with_tool_call(id);
         }
-        if let Scope::Named(name) = spec.scope {
+        for name in spec.scope.named_parts() {
             if let Some(value) = base.scope_value(name) {
                 own = own.with_scope(name, value);
             }
