@@ -286,6 +286,46 @@ impl StoreLocator {
         self.open_enabled().map_err(|e| self.open_error(e))
     }
 
+    /// As [`open`](Self::open), for inspecting a store that exists (the `idem` command):
+    /// nothing is created or upgraded. PostgreSQL opens with
+    /// [`PostgresStore::connect_existing`](super::PostgresStore::connect_existing): its first
+    /// operation fails with [`StoreErrorKind::Unsupported`] when the schema or its tables do
+    /// not exist or are of another version, and reading needs only `SELECT`. SQLite needs the
+    /// file to exist and to hold idem's tables (a file without them is
+    /// [`StoreConfigError::Open`], [`StoreErrorKind::Unsupported`], and is left as it was);
+    /// an older SQLite schema is still migrated on open. Redis and memory open as with
+    /// [`open`](Self::open): they have no schema.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open), and [`StoreConfigError::Open`] for an SQLite file that does
+    /// not exist or holds no idem tables.
+    #[allow(unreachable_code, unused_variables)]
+    pub fn open_existing(&self) -> Result<Arc<dyn Store>, StoreConfigError> {
+        if !self.is_enabled() {
+            return self.open();
+        }
+        match self {
+            StoreLocator::Postgres { url, schema } => {
+                #[cfg(feature = "postgres")]
+                return match super::PostgresStore::connect_existing(url, schema) {
+                    Ok(store) => Ok(Arc::new(store) as Arc<dyn Store>),
+                    Err(
+                        e @ (super::PostgresConnectError::InvalidUrl { .. }
+                        | super::PostgresConnectError::InvalidSchema { .. }),
+                    ) => Err(OpenError::Malformed(e.to_string())),
+                    Err(e) => Err(OpenError::Store(e.into())),
+                }
+                .map_err(|e| self.open_error(e));
+            }
+            StoreLocator::Sqlite { path: Some(path) } => {
+                #[cfg(feature = "sqlite")]
+                super::sqlite::check_existing(path).map_err(|e| self.open_error(e.into()))?;
+            }
+            _ => {}
+        }
+        self.open()
+    }
+
     /// An open failure as a configuration error naming this locator.
     fn open_error(&self, error: OpenError) -> StoreConfigError {
         match error {
@@ -350,11 +390,18 @@ impl StoreLocator {
 }
 
 /// Why a backend could not be opened: bad input, or the store's own error.
+#[derive(Debug)]
 enum OpenError {
     /// The URL or an option is malformed ([`StoreConfigError::Malformed`]).
     Malformed(String),
     /// Any other failure ([`StoreConfigError::Open`]).
     Store(StoreError),
+}
+
+impl From<StoreError> for OpenError {
+    fn from(error: StoreError) -> Self {
+        OpenError::Store(error)
+    }
 }
 
 impl FromStr for StoreLocator {
