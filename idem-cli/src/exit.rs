@@ -98,9 +98,10 @@ impl From<InspectError> for CliError {
 /// from: `--store` or `IDEM_STORE`.
 pub fn locator_error(error: StoreConfigError, origin: &str) -> CliError {
     match error {
-        StoreConfigError::Open { .. } => {
-            CliError::Store(format!("the store is unavailable: {error}"))
-        }
+        StoreConfigError::Open { ref source, .. } => CliError::Store(match source.kind {
+            StoreErrorKind::Unavailable => format!("the store is unavailable: {error}"),
+            _ => format!("the store cannot be used: {error}"),
+        }),
         StoreConfigError::FeatureDisabled { given, feature, .. } => CliError::Usage(format!(
             "{origin}: store `{given}` needs the `{feature}` backend, which this idem was built \
              without: reinstall with `cargo install idem-cli --features {feature}`"

@@ -32,6 +32,7 @@ fn idem(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+#[cfg(any(feature = "test-postgres", feature = "test-redis"))]
 fn random() -> String {
     OwnerToken::random().to_hex()
 }
@@ -51,7 +52,9 @@ fn sqlite() -> Backend {
     }
 }
 
+#[cfg(feature = "test-postgres")]
 struct DropSchema(String);
+#[cfg(feature = "test-postgres")]
 impl Drop for DropSchema {
     fn drop(&mut self) {
         let sql = format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.0);
@@ -73,6 +76,7 @@ impl Drop for DropSchema {
         .join();
     }
 }
+#[cfg(feature = "test-postgres")]
 fn postgres() -> Backend {
     let schema = format!("adv_{}", random());
     Backend {
@@ -81,7 +85,9 @@ fn postgres() -> Backend {
     }
 }
 
+#[cfg(feature = "test-redis")]
 struct DropPrefix(String);
+#[cfg(feature = "test-redis")]
 impl Drop for DropPrefix {
     fn drop(&mut self) {
         let client = ::redis::Client::open("redis://127.0.0.1:6379").unwrap();
@@ -95,6 +101,7 @@ impl Drop for DropPrefix {
         }
     }
 }
+#[cfg(feature = "test-redis")]
 fn redis() -> Backend {
     let prefix = format!("idem-adv:{}:", random());
     Backend {
@@ -127,8 +134,6 @@ fn refund(engine: &Engine, rt: &tokio::runtime::Runtime, conversation: &str) -> 
     r.unwrap();
     key
 }
-
-const ARGS: &str = r#"{"order_id":4417,"amount_cents":500}"#;
 
 /// A record the rmcp client-key path writes (label scope kind `mcp:idempotencyKey`, what
 /// `McpCall` writes for `_meta.idempotencyKey`) lists beside a tool's record. (The rest of
