@@ -92,13 +92,16 @@ impl From<InspectError> for CliError {
     }
 }
 
-/// A store locator that cannot be parsed, names a backend this build lacks, or a store that
-/// cannot be opened. `origin` is where the locator came from: `--store` or `IDEM_STORE`.
+/// A store locator that cannot be parsed, is malformed (a URL the backend's client does not
+/// parse, a bad schema name) or names a backend this build lacks: bad input, exit 2 naming
+/// `origin`; or a store that cannot be opened: exit 3. `origin` is where the locator came
+/// from: `--store` or `IDEM_STORE`.
 pub fn locator_error(error: StoreConfigError, origin: &str) -> CliError {
     match error {
-        StoreConfigError::Open { .. } => {
-            CliError::Store(format!("the store is unavailable: {error}"))
-        }
+        StoreConfigError::Open { ref source, .. } => CliError::Store(match source.kind {
+            StoreErrorKind::Unavailable => format!("the store is unavailable: {error}"),
+            _ => format!("the store cannot be used: {error}"),
+        }),
         StoreConfigError::FeatureDisabled { given, feature, .. } => CliError::Usage(format!(
             "{origin}: store `{given}` needs the `{feature}` backend, which this idem was built \
              without: reinstall with `cargo install idem-cli --features {feature}`"

@@ -10,6 +10,7 @@ mod secrets;
 use std::io::Write;
 use std::process::ExitCode;
 
+use clap::error::ErrorKind;
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches};
 
@@ -18,17 +19,23 @@ use crate::commands::{Origins, Report};
 use crate::exit::{CliError, Exit};
 
 fn main() -> ExitCode {
-    // Usage errors exit 2 naming the option (clap's own status for them); --help and
-    // --version exit 0.
-    let matches = Cli::command().get_matches();
-    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // Every password the command line or IDEM_STORE holds, whether or not it reached
+    // --store: clap echoes a misplaced locator (`idem postgres://u:pw@h/db ls`) in its
+    // errors.
+    let secrets = secrets::of_command_line(std::env::args_os(), std::env::var_os("IDEM_STORE"));
+    let (matches, cli) = match Cli::command()
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m).map(|cli| (m, cli)))
+    {
+        Ok(parsed) => parsed,
+        Err(error) => return usage_error(&error, &secrets),
+    };
     let origins = Origins {
         store: match matches.value_source("store") {
             Some(ValueSource::EnvVariable) => "IDEM_STORE",
             _ => "--store",
         },
     };
-    let secrets = cli.store.as_deref().map(secrets::of).unwrap_or_default();
     let result = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -46,7 +53,32 @@ fn main() -> ExitCode {
     report.exit.unwrap_or(Exit::Done).into()
 }
 
-/// Writes the report, passwords of the locator replaced by `***` in messages (X4). Standard
+/// A command line clap refused: `--help` and `--version` print as clap prints them (exit 0);
+/// a usage error is clap's message after `idem: `, passwords scrubbed, exit 2 (X3, X4).
+fn usage_error(error: &clap::Error, secrets: &[String]) -> ExitCode {
+    if matches!(
+        error.kind(),
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
+    ) {
+        // Help and version hold no argument: printed as clap prints them.
+        error.exit();
+    }
+    let text = error.render().to_string();
+    let stderr = match error.kind() {
+        // The help, printed because a subcommand is missing: no prefix before it.
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => text,
+        _ => format!("idem: {}", text.strip_prefix("error: ").unwrap_or(&text)),
+    };
+    let report = Report {
+        stderr,
+        exit: Some(Exit::Usage),
+        ..Report::default()
+    };
+    print(&report, secrets);
+    Exit::Usage.into()
+}
+
+/// Writes the report, passwords of the command line and `IDEM_STORE` replaced by `***` in messages (X4). Standard
 /// output is records as the store holds them, printed unchanged. A closed stdout (`idem ls |
 /// head`) is not an error.
 fn print(report: &Report, secrets: &[String]) {

@@ -838,3 +838,120 @@ fn help_says_formats() {
     assert!(help.contains("empty in a fresh process"), "{help}");
     assert!(help.contains("Exit status"), "{help}");
 }
+
+/// Runs `sql` on the test database as `postgres` (a runtime of its own on a thread of its
+/// own, so that it also runs from `Drop`).
+#[cfg(feature = "test-postgres")]
+fn postgres_sql(sql: String) -> Result<Vec<tokio_postgres::SimpleQueryMessage>, String> {
+    let url = std::env::var("IDEM_TEST_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .map_err(|e| e.to_string())?;
+            tokio::spawn(connection);
+            client.simple_query(&sql).await.map_err(|e| e.to_string())
+        })
+    })
+    .join()
+    .unwrap()
+}
+
+// pins X3: a mistyped PostgreSQL schema is exit 3 naming the schema, and is not created
+#[cfg(feature = "test-postgres")]
+#[test]
+fn a_mistyped_postgres_schema_is_exit_3_and_not_created() {
+    let backend = postgres();
+    let typo = format!("idem_cli_typo_{}", OwnerToken::random().to_hex());
+    let locator = format!(
+        "{}{typo}",
+        backend.locator.rsplit_once('=').unwrap().0.to_owned() + "="
+    );
+    for args in [vec!["show", SOME_KEY], vec!["ls"], vec!["stats"]] {
+        let run = idem(&[&["--store", locator.as_str()][..], &args].concat()).expect(3);
+        assert!(
+            run.stderr.contains(&format!(
+                "no idem schema `{typo}` in the PostgreSQL database"
+            )),
+            "{run:?}"
+        );
+    }
+    let found = postgres_sql(format!(
+        "SELECT 1 FROM information_schema.schemata WHERE schema_name = '{typo}'"
+    ))
+    .unwrap();
+    assert!(
+        !found
+            .iter()
+            .any(|m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(_))),
+        "the CLI created schema {typo}"
+    );
+}
+
+// pins X1, I2, I3, I5: a role with USAGE on the schema and SELECT on its tables can show,
+// list and count; purging needs DELETE (exit 3 without it)
+#[cfg(feature = "test-postgres")]
+#[test]
+fn a_read_only_postgres_role_can_show_list_and_count() {
+    struct DropRole(String);
+    impl Drop for DropRole {
+        fn drop(&mut self) {
+            let _ = postgres_sql(format!(
+                "DROP OWNED BY \"{0}\"; DROP ROLE IF EXISTS \"{0}\"",
+                self.0
+            ));
+        }
+    }
+    let backend = postgres();
+    let key = backend.engine(None).refund("c-9", 4417);
+    let schema = backend.locator.rsplit_once('=').unwrap().1.to_owned();
+    let role = format!("idem_ro_{}", OwnerToken::random().to_hex());
+    postgres_sql(format!("CREATE ROLE \"{role}\" LOGIN")).unwrap();
+    let _role = DropRole(role.clone());
+    postgres_sql(format!(
+        "GRANT USAGE ON SCHEMA \"{schema}\" TO \"{role}\"; \
+         GRANT SELECT ON ALL TABLES IN SCHEMA \"{schema}\" TO \"{role}\""
+    ))
+    .unwrap();
+    let (_, rest) = backend.locator.split_once('@').unwrap();
+    let locator = format!("postgres://{role}@{rest}");
+    let as_role = |args: &[&str]| idem(&[&["--store", locator.as_str()][..], args].concat());
+    let show = as_role(&["show", &key, "--json"]).expect(0);
+    assert_eq!(show.json()["state"], "completed", "{show:?}");
+    as_role(&[
+        "show",
+        "--tool",
+        "send_refund",
+        "--scope",
+        "conversation=c-9",
+        "--args",
+        ARGS,
+    ])
+    .expect(0);
+    assert_eq!(as_role(&["ls", "--json"]).expect(0).json_lines().len(), 1);
+    let stats = as_role(&["stats", "--json"]).expect(0);
+    assert_eq!(stats.json()["total"]["records"], 1, "{stats:?}");
+    let purge = as_role(&["purge", &key]).expect(3);
+    assert!(purge.stderr.contains("permission denied"), "{purge:?}");
+    backend.idem(&["show", &key]).expect(0);
+}
+
+// pins X3: an SQLite file without idem's tables is exit 3 and is left as it was
+#[test]
+fn an_sqlite_file_without_idem_tables_is_exit_3_and_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("other.db");
+    std::fs::write(&path, b"").unwrap();
+    let run = idem(&["--store", &format!("sqlite:{}", path.display()), "stats"]).expect(3);
+    assert!(run.stderr.contains("holds no idem store"), "{run:?}");
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().len(),
+        0,
+        "nothing was created"
+    );
+}

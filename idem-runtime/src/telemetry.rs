@@ -87,7 +87,7 @@ pub fn describe_metrics() {
         metrics::Unit::Count,
         "Idempotent tool calls, by tool and status (executed, replayed, reconciled, mismatch, \
          in_progress, outcome_unknown, missing_scope, released, store_error, bad_arguments, \
-         undecodable_outcome)."
+         bad_configuration, undecodable_outcome)."
     );
     metrics::describe_histogram!(
         CALL_DURATION,

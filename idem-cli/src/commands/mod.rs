@@ -92,8 +92,10 @@ fn engine_builder(namespace: Option<&str>) -> idem_runtime::EngineBuilder {
 /// The engine over the store named by `locator` (from `origin`), in `namespace`, and the
 /// locator as it may be shown (passwords as `***`).
 ///
-/// An SQLite file that does not exist is not created: inspecting a mistyped path would
-/// otherwise leave an empty store behind and report nothing found.
+/// The store is opened for inspection ([`StoreLocator::open_existing`]): an SQLite file that
+/// does not exist, or holds no idem tables, and a PostgreSQL schema that does not exist, are
+/// refused (exit 3) and not created: inspecting a mistyped path or schema would otherwise
+/// leave an empty store behind and report nothing found.
 fn open(
     locator: Option<&str>,
     origin: &str,
@@ -116,7 +118,11 @@ fn open(
             )));
         }
     }
-    let store = locator.open().map_err(|e| locator_error(e, origin))?;
+    // For inspection: nothing is created or upgraded (a mistyped PostgreSQL schema is
+    // reported, not created empty; a read-only role can show, list and count).
+    let store = locator
+        .open_existing()
+        .map_err(|e| locator_error(e, origin))?;
     let engine = engine_builder(namespace)
         .shared_store(store)
         .build()

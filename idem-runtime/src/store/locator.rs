@@ -119,8 +119,21 @@ pub enum StoreConfigError {
         /// Where it came from, if known.
         origin: Option<String>,
     },
-    /// The store could not be opened (a bad URL, an unreadable file, no tokio runtime for
-    /// Redis, …).
+    /// The locator names its store in a way the backend cannot take: a URL its client
+    /// library does not parse (a port or Redis database that is not a number, an unknown
+    /// connection parameter), or a PostgreSQL schema name that is not a plain lowercase
+    /// identifier. Bad input, like [`UnknownScheme`](Self::UnknownScheme): retrying
+    /// cannot fix it, and no server was contacted.
+    #[error("store `{given}`{origin} is malformed: {message}", origin = shown_origin(.origin))]
+    Malformed {
+        /// The locator.
+        given: String,
+        /// Where it came from, if known.
+        origin: Option<String>,
+        /// The backend's reason, any password replaced by `***`.
+        message: String,
+    },
+    /// The store could not be opened (an unreadable file, no tokio runtime for Redis, …).
     #[error("store `{given}`{origin} could not be opened: {source}", origin = shown_origin(.origin))]
     Open {
         /// The locator.
@@ -157,6 +170,7 @@ impl StoreConfigError {
             | StoreConfigError::MissingPath { origin, .. }
             | StoreConfigError::BadOption { origin, .. }
             | StoreConfigError::FeatureDisabled { origin, .. }
+            | StoreConfigError::Malformed { origin, .. }
             | StoreConfigError::Open { origin, .. } => *origin = from,
             StoreConfigError::NotUnicode { .. } => {}
         }
@@ -256,9 +270,11 @@ impl StoreLocator {
     ///
     /// # Errors
     /// [`StoreConfigError::FeatureDisabled`] when the backend's feature is off;
+    /// [`StoreConfigError::Malformed`] when the URL is malformed (the client library
+    /// does not parse it) or the PostgreSQL schema name is invalid;
     /// [`StoreConfigError::Open`] when the store cannot be opened: the file cannot be
-    /// created or holds another schema version, the URL is malformed, the PostgreSQL
-    /// schema name is invalid, or (Redis) there is no tokio runtime in this context.
+    /// created or holds another schema version, or (Redis) there is no tokio runtime in
+    /// this context.
     pub fn open(&self) -> Result<Arc<dyn Store>, StoreConfigError> {
         if !self.is_enabled() {
             return Err(StoreConfigError::FeatureDisabled {
@@ -267,16 +283,67 @@ impl StoreLocator {
                 origin: None,
             });
         }
-        self.open_enabled()
-            .map_err(|source| StoreConfigError::Open {
+        self.open_enabled().map_err(|e| self.open_error(e))
+    }
+
+    /// As [`open`](Self::open), for inspecting a store that exists (the `idem` command):
+    /// nothing is created or upgraded. PostgreSQL opens with
+    /// [`PostgresStore::connect_existing`](super::PostgresStore::connect_existing): its first
+    /// operation fails with [`StoreErrorKind::Unsupported`] when the schema or its tables do
+    /// not exist or are of another version, and reading needs only `SELECT`. SQLite needs the
+    /// file to exist and to hold idem's tables (a file without them is
+    /// [`StoreConfigError::Open`], [`StoreErrorKind::Unsupported`], and is left as it was);
+    /// an older SQLite schema is still migrated on open. Redis and memory open as with
+    /// [`open`](Self::open): they have no schema.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open), and [`StoreConfigError::Open`] for an SQLite file that does
+    /// not exist or holds no idem tables.
+    #[allow(unreachable_code, unused_variables)]
+    pub fn open_existing(&self) -> Result<Arc<dyn Store>, StoreConfigError> {
+        if !self.is_enabled() {
+            return self.open();
+        }
+        match self {
+            StoreLocator::Postgres { url, schema } => {
+                #[cfg(feature = "postgres")]
+                return match super::PostgresStore::connect_existing(url, schema) {
+                    Ok(store) => Ok(Arc::new(store) as Arc<dyn Store>),
+                    Err(
+                        e @ (super::PostgresConnectError::InvalidUrl { .. }
+                        | super::PostgresConnectError::InvalidSchema { .. }),
+                    ) => Err(OpenError::Malformed(e.to_string())),
+                    Err(e) => Err(OpenError::Store(e.into())),
+                }
+                .map_err(|e| self.open_error(e));
+            }
+            StoreLocator::Sqlite { path: Some(path) } => {
+                #[cfg(feature = "sqlite")]
+                super::sqlite::check_existing(path).map_err(|e| self.open_error(e.into()))?;
+            }
+            _ => {}
+        }
+        self.open()
+    }
+
+    /// An open failure as a configuration error naming this locator.
+    fn open_error(&self, error: OpenError) -> StoreConfigError {
+        match error {
+            OpenError::Malformed(message) => StoreConfigError::Malformed {
+                given: self.to_string(),
+                origin: None,
+                message,
+            },
+            OpenError::Store(source) => StoreConfigError::Open {
                 given: self.to_string(),
                 origin: None,
                 source,
-            })
+            },
+        }
     }
 
     #[allow(unreachable_code, unused_variables)]
-    fn open_enabled(&self) -> Result<Arc<dyn Store>, StoreError> {
+    fn open_enabled(&self) -> Result<Arc<dyn Store>, OpenError> {
         match self {
             StoreLocator::Memory => {
                 #[cfg(feature = "memory")]
@@ -284,28 +351,56 @@ impl StoreLocator {
             }
             StoreLocator::Sqlite { path } => {
                 #[cfg(feature = "sqlite")]
-                return Ok(Arc::new(match path {
-                    Some(path) => super::SqliteStore::open(path)?,
-                    None => super::SqliteStore::open_in_memory()?,
-                }));
+                return match path {
+                    Some(path) => super::SqliteStore::open(path),
+                    None => super::SqliteStore::open_in_memory(),
+                }
+                .map(|store| Arc::new(store) as Arc<dyn Store>)
+                .map_err(|e| OpenError::Store(e.into()));
             }
             StoreLocator::Redis { url, prefix } => {
                 #[cfg(feature = "redis")]
-                return Ok(Arc::new(
-                    super::RedisStore::connect_lazy(url)?.with_prefix(prefix.clone()),
-                ));
+                return match super::RedisStore::connect_lazy(url) {
+                    Ok(store) => Ok(Arc::new(store.with_prefix(prefix.clone()))),
+                    Err(e @ super::RedisConnectError::InvalidUrl { .. }) => {
+                        Err(OpenError::Malformed(e.to_string()))
+                    }
+                    Err(e) => Err(OpenError::Store(e.into())),
+                };
             }
             StoreLocator::Postgres { url, schema } => {
                 #[cfg(feature = "postgres")]
-                return Ok(Arc::new(super::PostgresStore::with_schema(url, schema)?));
+                return match super::PostgresStore::with_schema(url, schema) {
+                    Ok(store) => Ok(Arc::new(store)),
+                    Err(
+                        e @ (super::PostgresConnectError::InvalidUrl { .. }
+                        | super::PostgresConnectError::InvalidSchema { .. }),
+                    ) => Err(OpenError::Malformed(e.to_string())),
+                    Err(e) => Err(OpenError::Store(e.into())),
+                };
             }
         }
         // Only reached for a backend whose feature is off, which `open` rules out first.
-        Err(StoreError::new(
+        Err(OpenError::Store(StoreError::new(
             self.backend(),
             StoreErrorKind::Unsupported,
             format!("the `{}` cargo feature is off", self.backend()),
-        ))
+        )))
+    }
+}
+
+/// Why a backend could not be opened: bad input, or the store's own error.
+#[derive(Debug)]
+enum OpenError {
+    /// The URL or an option is malformed ([`StoreConfigError::Malformed`]).
+    Malformed(String),
+    /// Any other failure ([`StoreConfigError::Open`]).
+    Store(StoreError),
+}
+
+impl From<StoreError> for OpenError {
+    fn from(error: StoreError) -> Self {
+        OpenError::Store(error)
     }
 }
 
@@ -567,6 +662,36 @@ mod tests {
                     .contains(&format!("features = [\"{feature}\"]")),
                 "{err}"
             );
+        }
+    }
+
+    // pins X3: a URL the backend's client library cannot parse, or a bad PostgreSQL schema
+    // name, is a malformed locator (bad input), told apart from a store that cannot be opened
+    #[test]
+    fn malformed_urls_are_bad_input_not_open_failures() {
+        let mut cases = Vec::new();
+        if cfg!(feature = "postgres") {
+            cases.extend([
+                "postgres://u:pw@h:notaport/db",
+                "postgres://u:pw@h/db?foo=bar",
+                "postgres://u:pw@h/db?idem_schema=bad;drop",
+                "postgres://u:pw@h/db?idem_schema=bad-schema!",
+            ]);
+        }
+        if cfg!(feature = "redis") {
+            cases.extend(["redis://:pw@h:abc/", "redis://:pw@h:1/notadb"]);
+        }
+        for text in cases {
+            let err = StoreLocator::parse(text).unwrap().open().unwrap_err();
+            assert!(
+                matches!(err, StoreConfigError::Malformed { .. }),
+                "{text}: {err:?}"
+            );
+            assert!(err.to_string().contains(":***@h"), "{err}");
+            assert!(!err.to_string().contains("pw"), "{err}");
+            let err = err.from_origin("IDEM_STORE");
+            assert!(err.to_string().contains("(from IDEM_STORE)"), "{err}");
+            assert_eq!(err.into_store_error().kind, StoreErrorKind::Unsupported);
         }
     }
 

@@ -94,6 +94,16 @@
 //! one) and a version 1 build knows no fence. A schema of a version other than 1, 2 or 3
 //! is refused, and left untouched, with [`StoreErrorKind::Unsupported`].
 //!
+//! ## Inspection without changes
+//!
+//! [`PostgresStore::connect_existing`] (the `idem` command's way in, through
+//! [`StoreLocator::open_existing`](crate::store::StoreLocator::open_existing)) creates and
+//! upgrades nothing: its first use checks with `to_regclass` that `meta` and `records`
+//! exist and reads the version, and refuses a missing schema ("no idem schema `…` in the
+//! PostgreSQL database …") or another version with [`StoreErrorKind::Unsupported`]. It takes
+//! no lock and needs only `USAGE` on the schema and `SELECT` on its tables (`DELETE` to
+//! purge).
+//!
 //! # Operations (S2, S6, S8, F1, L1, U1)
 //!
 //! - claim: one statement,
@@ -301,6 +311,9 @@ struct Inner {
     schema: String,
     sql: Statements,
     schema_sql: SchemaSql,
+    /// Whether the first use creates or upgrades the schema ([`PostgresStore::with_schema`]),
+    /// or only checks it ([`PostgresStore::connect_existing`]).
+    create: bool,
     ready: OnceCell<()>,
     claims: AtomicU64,
     /// Statement exchanges with the server ([`Store::round_trips`]).
@@ -329,6 +342,28 @@ impl PostgresStore {
     /// `schema` is not 1 to 63 characters of `a-z`, `0-9` and `_` starting with a letter
     /// or `_`, or starts with `pg_` (reserved by PostgreSQL).
     pub fn with_schema(url: &str, schema: &str) -> Result<Self, PostgresConnectError> {
+        Self::build(url, schema, true)
+    }
+
+    /// As [`with_schema`](Self::with_schema), for inspection: the store never creates or
+    /// upgrades anything. Its first operation checks, with one read-only statement, that the
+    /// schema holds idem's tables at version [`POSTGRES_SCHEMA_VERSION`]; then every
+    /// operation runs as with [`with_schema`](Self::with_schema). Reading (`read`, `list`,
+    /// `stats`) needs only `USAGE` on the schema and `SELECT` on its tables; purging needs
+    /// `DELETE` too. The `idem` command opens stores this way, so that a mistyped schema
+    /// name is reported instead of created empty, and a read-only role can inspect.
+    ///
+    /// # Errors
+    /// As [`with_schema`](Self::with_schema). The first operation fails with
+    /// [`StoreErrorKind::Unsupported`] when the schema or its tables do not exist ("no idem
+    /// schema `…` in this database"), or hold a schema version other than this build's
+    /// (an older one is not upgraded here: running an agent of this build once upgrades it
+    /// in place, P4).
+    pub fn connect_existing(url: &str, schema: &str) -> Result<Self, PostgresConnectError> {
+        Self::build(url, schema, false)
+    }
+
+    fn build(url: &str, schema: &str, create: bool) -> Result<Self, PostgresConnectError> {
         let shown = redact(url);
         if !valid_schema(schema) {
             return Err(PostgresConnectError::InvalidSchema {
@@ -367,6 +402,7 @@ impl PostgresStore {
                 schema: schema.to_owned(),
                 sql: Statements::new(schema),
                 schema_sql: SchemaSql::new(schema),
+                create,
                 ready: OnceCell::new(),
                 claims: AtomicU64::new(0),
                 round_trips: AtomicU64::new(0),

@@ -21,7 +21,8 @@ impl Inner {
         self.round_trips.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A pooled connection, creating the schema first if this store has not yet.
+    /// A pooled connection, creating the schema (or, opened for inspection, checking it)
+    /// first if this store has not yet.
     pub(super) async fn client(&self) -> Result<deadpool_postgres::Client, StoreError> {
         let mut client = self.pool.get().await.map_err(|e| {
             StoreError::new(
@@ -36,7 +37,13 @@ impl Inner {
             )
         })?;
         self.ready
-            .get_or_try_init(|| self.set_up(&mut client))
+            .get_or_try_init(|| async {
+                if self.create {
+                    self.set_up(&mut client).await
+                } else {
+                    self.check_existing(&client).await
+                }
+            })
             .await?;
         Ok(client)
     }

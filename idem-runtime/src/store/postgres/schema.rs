@@ -56,6 +56,9 @@ pub(super) struct SchemaSql {
     create_records: String,
     /// Takes the transaction-level advisory lock of this schema name.
     lock: String,
+    /// Whether the tables exist and, if they do, the stored version; reads only, and needs
+    /// no privilege on a schema that does not exist.
+    check_existing: String,
     /// Records version 3 in a new schema.
     write_version: String,
     /// Upgrades a records table of version 1 to version 3 in place.
@@ -75,6 +78,9 @@ impl SchemaSql {
                  CREATE TABLE IF NOT EXISTS {s}.meta (name TEXT PRIMARY KEY, value BIGINT NOT NULL);"
             ),
             read_version: format!("SELECT value FROM {s}.meta WHERE name = 'schema_version'"),
+            check_existing: format!(
+                "SELECT to_regclass('{s}.meta') IS NOT NULL AND to_regclass('{s}.records') IS NOT NULL"
+            ),
             // The same table as a version 1 or 2 table after its upgrade (same columns in
             // the same order, defaults, checks and indexes; only the version 1 upgrade adds
             // its checks NOT VALID), so that stores created by any path behave alike.
@@ -225,6 +231,80 @@ impl Inner {
         self.count();
         tx.commit().await.map_err(failed)
     }
+}
+
+impl Inner {
+    /// For a store opened for inspection ([`PostgresStore::connect_existing`]): checks,
+    /// creating and upgrading nothing, that the schema holds the tables of this build's
+    /// version. Two reads in one round trip each, needing only `SELECT` on `meta`.
+    pub(super) async fn check_existing(
+        &self,
+        client: &deadpool_postgres::Client,
+    ) -> Result<(), StoreError> {
+        let failed = |e| self.db_error("check the schema", e);
+        self.count();
+        let exists = first_value(
+            client
+                .simple_query(&self.schema_sql.check_existing)
+                .await
+                .map_err(failed)?,
+        );
+        if exists.as_deref() != Some("t") {
+            return Err(StoreError::new(
+                BACKEND,
+                StoreErrorKind::Unsupported,
+                format!(
+                    "no idem schema `{}` in the PostgreSQL database at {}: the schema or its \
+                     tables do not exist (check the schema name, `idem_schema`); opened for \
+                     inspection, nothing was created",
+                    self.schema, self.url
+                ),
+            ));
+        }
+        self.count();
+        let version = first_value(
+            client
+                .simple_query(&self.schema_sql.read_version)
+                .await
+                .map_err(failed)?,
+        );
+        match version.as_deref().map(str::parse::<i64>) {
+            Some(Ok(POSTGRES_SCHEMA_VERSION)) => Ok(()),
+            Some(Ok(found @ (VERSION_1 | VERSION_2))) => Err(StoreError::new(
+                BACKEND,
+                StoreErrorKind::Unsupported,
+                format!(
+                    "the PostgreSQL store at {} has idem schema version {found} in schema {}; \
+                     this build reads version {POSTGRES_SCHEMA_VERSION}: opened for inspection, \
+                     it is not upgraded here: run an agent of this build once (it upgrades the \
+                     schema in place, keeping every record)",
+                    self.url, self.schema
+                ),
+            )),
+            other => Err(StoreError::new(
+                BACKEND,
+                StoreErrorKind::Unsupported,
+                format!(
+                    "the PostgreSQL store at {} has idem schema version {} in schema {}; this \
+                     build reads version {POSTGRES_SCHEMA_VERSION}",
+                    self.url,
+                    match other {
+                        Some(Ok(found)) => found.to_string(),
+                        _ => format!("{version:?} (unreadable)"),
+                    },
+                    self.schema
+                ),
+            )),
+        }
+    }
+}
+
+/// The first column of the first row of a simple query, if any.
+fn first_value(messages: Vec<SimpleQueryMessage>) -> Option<String> {
+    messages.into_iter().find_map(|message| match message {
+        SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+        _ => None,
+    })
 }
 
 /// Whether `schema` is a plain lowercase identifier (safe to quote into SQL) that

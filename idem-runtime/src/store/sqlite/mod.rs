@@ -174,6 +174,42 @@ const COLLECT_BATCH: i64 = 256;
 
 const BACKEND: &str = "sqlite";
 
+/// For [`StoreLocator::open_existing`](super::StoreLocator::open_existing): that the file at
+/// `path` exists and holds idem's tables, checked through a read-only connection that
+/// changes nothing (a file without them is not made an idem store).
+pub(crate) fn check_existing(path: &Path) -> Result<(), StoreError> {
+    let unusable = |what: String| {
+        StoreError::new(
+            BACKEND,
+            super::StoreErrorKind::Unsupported,
+            format!("{} {what}", path.display()),
+        )
+    };
+    if !path.exists() {
+        return Err(unusable(
+            "does not exist, and idem does not create it when inspecting".to_owned(),
+        ));
+    }
+    let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .map_err(|e| unusable(format!("cannot be opened: {e}")))?;
+    let tables: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' \
+             AND name IN ('idem_meta', 'idem_records')",
+            [],
+            |row| row.get(0),
+        )
+        .map_err(|e| unusable(format!("cannot be read as an SQLite database: {e}")))?;
+    if tables == 2 {
+        Ok(())
+    } else {
+        Err(unusable(
+            "holds no idem store (no idem_meta and idem_records tables); nothing was created"
+                .to_owned(),
+        ))
+    }
+}
+
 /// A [`Store`] in one SQLite file (or an in-memory database), for one machine: records
 /// survive restarts, and every process that opens the same file shares them (S2 across
 /// processes). See the [module documentation](self) for the schema and its migration, the
