@@ -171,20 +171,17 @@ fn a_client_key_record_lists_beside_a_tools_record(b: Backend) {
     assert!(out.contains(&key), "{out}");
 }
 
-// The SQLite and PostgreSQL stores refuse to read back the scope kind `mcp:idempotencyKey`
-// (not a scope name by K7's rule) as a corrupt record: not a CLI finding, left to the
-// runtime's label decoding.
+// A record written by rmcp's client-key path (scope kind `mcp:idempotencyKey`) lists on
+// every backend: stored labels are read leniently and `:` is allowed in scope kinds.
 
 // pins I3, X1
 #[test]
-#[ignore = "the SQL stores read `mcp:idempotencyKey` labels as corrupt"]
 fn sqlite_lists_a_client_key_record() {
     a_client_key_record_lists_beside_a_tools_record(sqlite());
 }
 // pins I3, X1
 #[cfg(feature = "test-postgres")]
 #[test]
-#[ignore = "the SQL stores read `mcp:idempotencyKey` labels as corrupt"]
 fn postgres_lists_a_client_key_record() {
     a_client_key_record_lists_beside_a_tools_record(postgres());
 }
