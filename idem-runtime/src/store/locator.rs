@@ -392,7 +392,9 @@ impl StoreLocator {
 /// Why a backend could not be opened: bad input, or the store's own error.
 #[derive(Debug)]
 enum OpenError {
-    /// The URL or an option is malformed ([`StoreConfigError::Malformed`]).
+    /// The URL or an option is malformed ([`StoreConfigError::Malformed`]). Only the
+    /// network backends parse URLs.
+    #[cfg_attr(not(any(feature = "postgres", feature = "redis")), allow(dead_code))]
     Malformed(String),
     /// Any other failure ([`StoreConfigError::Open`]).
     Store(StoreError),
