@@ -955,3 +955,35 @@ fn an_sqlite_file_without_idem_tables_is_exit_3_and_left_alone() {
         "nothing was created"
     );
 }
+
+// pins X3, P4: an SQLite file of an older schema version is reported, not upgraded, by the
+// command (an agent of this build upgrades it in place)
+#[test]
+fn an_older_sqlite_schema_is_exit_3_and_not_upgraded() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    let locator = format!("sqlite:{}", path.display());
+    drop(idem_runtime::SqliteStore::open(&path).unwrap());
+    let set_version = |version: i64| {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute(
+            "UPDATE idem_meta SET value = ?1 WHERE name = 'schema_version'",
+            [version],
+        )
+        .unwrap();
+    };
+    set_version(2);
+    let run = idem(&["--store", &locator, "stats"]).expect(3);
+    assert!(run.stderr.contains("schema version 2"), "{run:?}");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let version: i64 = conn
+        .query_row(
+            "SELECT value FROM idem_meta WHERE name = 'schema_version'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(version, 2, "not upgraded");
+    set_version(idem_runtime::store::SQLITE_SCHEMA_VERSION);
+    idem(&["--store", &locator, "stats"]).expect(0);
+}

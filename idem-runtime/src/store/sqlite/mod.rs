@@ -175,8 +175,9 @@ const COLLECT_BATCH: i64 = 256;
 const BACKEND: &str = "sqlite";
 
 /// For [`StoreLocator::open_existing`](super::StoreLocator::open_existing): that the file at
-/// `path` exists and holds idem's tables, checked through a read-only connection that
-/// changes nothing (a file without them is not made an idem store).
+/// `path` exists and holds idem's tables at this build's schema version (or a newer one,
+/// which opening refuses), checked through a read-only connection that changes nothing: a
+/// file without them is not made an idem store, and an older one is not upgraded.
 pub(crate) fn check_existing(path: &Path) -> Result<(), StoreError> {
     let unusable = |what: String| {
         StoreError::new(
@@ -200,13 +201,27 @@ pub(crate) fn check_existing(path: &Path) -> Result<(), StoreError> {
             |row| row.get(0),
         )
         .map_err(|e| unusable(format!("cannot be read as an SQLite database: {e}")))?;
-    if tables == 2 {
-        Ok(())
-    } else {
-        Err(unusable(
+    if tables != 2 {
+        return Err(unusable(
             "holds no idem store (no idem_meta and idem_records tables); nothing was created"
                 .to_owned(),
-        ))
+        ));
+    }
+    let version: Option<i64> = conn
+        .query_row(
+            "SELECT value FROM idem_meta WHERE name = 'schema_version'",
+            [],
+            |row| row.get(0),
+        )
+        .ok();
+    match version {
+        Some(version) if version < SQLITE_SCHEMA_VERSION => Err(unusable(format!(
+            "holds an idem store of schema version {version}, older than this build's \
+             {SQLITE_SCHEMA_VERSION}: it is not upgraded when inspecting; run an agent of \
+             this build once to upgrade it in place"
+        ))),
+        // The current version, or a newer one (which opening reports, S11).
+        _ => Ok(()),
     }
 }
 
