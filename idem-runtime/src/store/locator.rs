@@ -288,17 +288,17 @@ impl StoreLocator {
 
     /// As [`open`](Self::open), for inspecting a store that exists (the `idem` command):
     /// nothing is created or upgraded. PostgreSQL opens with
-    /// [`PostgresStore::connect_existing`](super::PostgresStore::connect_existing): its first
+    /// `PostgresStore::connect_existing` (feature `postgres`): its first
     /// operation fails with [`StoreErrorKind::Unsupported`] when the schema or its tables do
     /// not exist or are of another version, and reading needs only `SELECT`. SQLite needs the
     /// file to exist and to hold idem's tables (a file without them is
-    /// [`StoreConfigError::Open`], [`StoreErrorKind::Unsupported`], and is left as it was);
-    /// an older SQLite schema is still migrated on open. Redis and memory open as with
-    /// [`open`](Self::open): they have no schema.
+    /// [`StoreConfigError::Open`], [`StoreErrorKind::Unsupported`], and is left as it was),
+    /// at this build's schema version: an older one is reported the same way, not migrated.
+    /// Redis and memory open as with [`open`](Self::open): they have no schema.
     ///
     /// # Errors
     /// As [`open`](Self::open), and [`StoreConfigError::Open`] for an SQLite file that does
-    /// not exist or holds no idem tables.
+    /// not exist, holds no idem tables, or holds an older schema.
     #[allow(unreachable_code, unused_variables)]
     pub fn open_existing(&self) -> Result<Arc<dyn Store>, StoreConfigError> {
         if !self.is_enabled() {
