@@ -24,6 +24,22 @@ fn fn_names(text: &str) -> BTreeSet<String> {
         .collect()
 }
 
+/// This machine's target triple, from `rustc -vV` (the packages of other platforms, such as
+/// clap's Windows-only `anstyle-wincon`, are not downloaded, and `--offline` metadata would
+/// fail on them).
+fn host_triple() -> String {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_owned());
+    let output = Command::new(rustc)
+        .arg("-vV")
+        .output()
+        .expect("rustc -vV runs");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .find_map(|line| line.strip_prefix("host: "))
+        .expect("rustc -vV names the host")
+        .to_owned()
+}
+
 fn rmcp_source_dir() -> PathBuf {
     let output = Command::new(env!("CARGO"))
         .args([
@@ -31,6 +47,8 @@ fn rmcp_source_dir() -> PathBuf {
             "--format-version",
             "1",
             "--offline",
+            "--filter-platform",
+            &host_triple(),
             "--manifest-path",
         ])
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
