@@ -325,21 +325,7 @@ mod tests {
         PurgeCounts, PurgeOutcome, StateFilter,
     };
 
-    const PATH: &str = ":memory:";
-
-    fn database() -> Connection {
-        let mut conn = Connection::open_in_memory().expect("in-memory database");
-        super::super::schema::set_up(&mut conn, Path::new(PATH), false).expect("schema");
-        conn
-    }
-
-    fn key(n: u64) -> IdempotencyKey {
-        IdempotencyKey::from_hex(&format!("{n:064x}")).expect("64 hex digits")
-    }
-
-    fn at(ms: u64) -> Timestamp {
-        Timestamp::from_millis(ms)
-    }
+    use crate::store::sqlite::statements::tests::{at, database, key, PATH};
 
     /// The details of `EXPLAIN QUERY PLAN` for `sql` with `filter`'s parameters.
     fn plan(conn: &Connection, filter: &Filter, sql: &str) -> Vec<String> {

@@ -427,7 +427,7 @@ fn decode_fence(path: &Path, key: &str, fence: i64) -> Result<u64, StoreError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::path::Path;
 
     use rusqlite::Connection;
@@ -442,19 +442,23 @@ mod tests {
         StoreErrorKind, TakeoverRequest,
     };
 
-    const PATH: &str = ":memory:";
+    /// The path errors name for the in-memory test database.
+    pub(in crate::store::sqlite) const PATH: &str = ":memory:";
 
-    fn database() -> Connection {
+    /// An in-memory database with the current schema.
+    pub(in crate::store::sqlite) fn database() -> Connection {
         let mut conn = Connection::open_in_memory().expect("in-memory database");
         super::super::schema::set_up(&mut conn, Path::new(PATH), false).expect("schema");
         conn
     }
 
-    fn key(n: u64) -> IdempotencyKey {
+    /// The key whose hex digits spell `n`.
+    pub(in crate::store::sqlite) fn key(n: u64) -> IdempotencyKey {
         IdempotencyKey::from_hex(&format!("{n:064x}")).expect("64 hex digits")
     }
 
-    fn at(ms: u64) -> Timestamp {
+    /// The instant `ms` milliseconds after the epoch.
+    pub(in crate::store::sqlite) fn at(ms: u64) -> Timestamp {
         Timestamp::from_millis(ms)
     }
 
