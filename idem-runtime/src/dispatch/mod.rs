@@ -29,4 +29,4 @@ pub use results::{call_result, turn_messages};
 pub use retry::{is_transient, Jitter, RetryPolicy, Sleeper, TimerSleeper};
 pub use tool::{FailureKind, ReplyFuture, Tool, ToolFailure, ToolReply};
 pub use transport::{InProcess, ToolRequest, Transport, TransportError, TransportFuture};
-pub use turn::{ToolCall, Turn};
+pub use turn::{ParallelWrapper, ToolCall, Turn};

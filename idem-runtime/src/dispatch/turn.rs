@@ -47,4 +47,27 @@ pub struct ToolCall {
     /// response must echo. `None` for the other providers. Like `params._meta` and
     /// `params.task`, it is never part of the arguments or the key (D1).
     pub request_id: Option<Value>,
+    /// The identity of the assistant message the call came from, where the document has
+    /// one (D10): the response's own id (`chatcmpl-…`, `resp_…`, `msg_…`, Gemini
+    /// `responseId`), else the message's position in a history or array of turns (`#3`).
+    /// `None` for a lone message without an id. A `scope = "call"` key includes it, so a
+    /// provider that reuses call ids by position (`call_0` in every turn) never makes a
+    /// later turn's call replay an earlier one (K7).
+    pub turn_id: Option<String>,
+    /// Set when the call was one entry of an OpenAI parallel wrapper
+    /// (`multi_tool_use.parallel`, D7): which wrapper, and where in it. Its result goes
+    /// back under the wrapper's id, merged with its siblings' (D5).
+    pub wrapped_in: Option<ParallelWrapper>,
+}
+
+/// The OpenAI parallel wrapper a call was unwrapped from (D7).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParallelWrapper {
+    /// The wrapper call's id (`tool_calls[].id`, or the `call_id` of a Responses
+    /// `function_call`): the id the call's result goes back under.
+    pub id: String,
+    /// The wrapper's name as the model wrote it: `multi_tool_use.parallel` or `parallel`.
+    pub name: String,
+    /// The call's position among the wrapper's `tool_uses`, from 0.
+    pub position: usize,
 }

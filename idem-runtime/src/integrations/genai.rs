@@ -297,6 +297,8 @@ fn genai_turn(calls: &[&ToolCall], label: &str) -> Result<Turn, GenaiDispatchErr
                 name: call.fn_name.clone(),
                 arguments,
                 request_id: None,
+                turn_id: None,
+                wrapped_in: None,
             })
         })
         .collect::<Result<_, _>>()?;

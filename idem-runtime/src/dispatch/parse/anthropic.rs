@@ -84,5 +84,7 @@ fn tool_use(block: &Map<String, Value>, path: &JsonPath) -> Result<ToolCall, Par
         name: name.to_owned(),
         arguments: object_member(block.get("input"), &path.key("input"), false),
         request_id: None,
+        turn_id: None,
+        wrapped_in: None,
     })
 }

@@ -157,5 +157,7 @@ fn function_call(
         name: name.to_owned(),
         arguments: object_member(call.get("args"), &path.key("args"), true),
         request_id: None,
+        turn_id: None,
+        wrapped_in: None,
     })
 }

@@ -65,6 +65,8 @@ pub(crate) fn turns(
         name: name.to_owned(),
         arguments: object_member(params.get("arguments"), &params_path.key("arguments"), true),
         request_id: Some(request_id),
+        turn_id: None,
+        wrapped_in: None,
     };
     Ok(vec![Turn {
         provider: Provider::Mcp,

@@ -111,5 +111,7 @@ fn tool_call(item: &Value, path: &JsonPath) -> Result<ToolCall, ParseError> {
         name: name.to_owned(),
         arguments,
         request_id: None,
+        turn_id: None,
+        wrapped_in: None,
     })
 }

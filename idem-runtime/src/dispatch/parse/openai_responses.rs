@@ -150,5 +150,7 @@ fn function_call(object: &Map<String, Value>, path: &JsonPath) -> Result<ToolCal
         name: name.to_owned(),
         arguments: json_string_member(object.get("arguments"), &path.key("arguments")),
         request_id: None,
+        turn_id: None,
+        wrapped_in: None,
     })
 }

@@ -255,6 +255,8 @@ fn chat_call(
         name: call.function.name.clone(),
         arguments: parse_text(&call.function.arguments, &arguments_path),
         request_id: None,
+        turn_id: None,
+        wrapped_in: None,
     })
 }
 

@@ -150,6 +150,8 @@ fn responses_turn(output: &[OutputItem], path: &JsonPath) -> Result<Turn, OpenAi
                     name: call.name.clone(),
                     arguments: parse_text(&call.arguments, &item_path.key("arguments")),
                     request_id: None,
+                    turn_id: None,
+                    wrapped_in: None,
                 });
             }
             OutputItem::CustomToolCall(custom) => {
