@@ -62,13 +62,14 @@ struct Done {
     execution: usize,
 }
 
-/// Which call an effect belongs to: the conversation (file) and the tool-call id.
+/// Which call an effect belongs to: the conversation (file), the turn and the tool-call id.
 fn effect_detail() -> String {
     let ctx = CallContext::current().unwrap_or_default();
     format!(
-        "{}\u{0}{}",
-        ctx.conversation_id().unwrap_or(""),
-        ctx.tool_call_id().unwrap_or("")
+        "{} {} {}",
+        ctx.conversation_id().unwrap_or("-"),
+        ctx.turn_id().unwrap_or("-"),
+        ctx.tool_call_id().unwrap_or("-")
     )
 }
 
@@ -192,12 +193,12 @@ fn read_turns(path: &PathBuf) -> Result<Vec<Turn>, String> {
     Ok(turns)
 }
 
-fn status_of(call: &CallReport, conversation: &str, executed: &BTreeSet<String>) -> String {
+/// What the call did, from its own report (contract D11): `executed` when one of its own
+/// attempts ran the demo effect (also when that attempt's response was lost and the retry
+/// replayed it), `replayed` when its outcome was an earlier call's.
+fn status_of(call: &CallReport) -> String {
     if let Err(failure) = &call.reply.result {
         return format!("error: {}", failure.message);
-    }
-    if executed.contains(&format!("{conversation}\u{0}{}", call.id)) {
-        return "executed".to_owned();
     }
     match call.status() {
         Some(CallStatus::Replayed) => "replayed".to_owned(),
@@ -274,14 +275,12 @@ async fn run(options: Options) -> (Option<Summary>, bool) {
         for turn in &turns {
             summary.turns += 1;
             let outcome = dispatcher.dispatch_turn(turn, &conversation).await;
-            let executed: BTreeSet<String> =
-                EFFECTS.effects().into_iter().map(|e| e.detail).collect();
             for call in &outcome.calls {
-                let status = status_of(call, &conversation_id, &executed);
+                let status = status_of(call);
                 summary.calls += 1;
                 summary.attempts += call.attempt_count();
                 match status.as_str() {
-                    "executed" => {}
+                    "executed" | "reconciled" => {}
                     "replayed" => summary.replays += 1,
                     _ => summary.errors += 1,
                 }

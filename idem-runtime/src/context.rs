@@ -49,6 +49,7 @@ struct Inner {
     engine: Option<Engine>,
     conversation_id: Option<Arc<str>>,
     tool_call_id: Option<Arc<str>>,
+    turn_id: Option<Arc<str>>,
     scopes: Vec<(Arc<str>, Arc<str>)>,
     attempt: Option<AttemptSlot>,
     running: Option<AttemptInfo>,
@@ -72,6 +73,7 @@ impl std::fmt::Debug for CallContext {
         f.debug_struct("CallContext")
             .field("conversation_id", &self.inner.conversation_id)
             .field("tool_call_id", &self.inner.tool_call_id)
+            .field("turn_id", &self.inner.turn_id)
             .field("scopes", &self.inner.scopes)
             .field("key", &self.key())
             .finish_non_exhaustive()
@@ -122,6 +124,14 @@ impl CallContext {
         self.edit(|inner| inner.tool_call_id = Some(id.into()))
     }
 
+    /// Sets the identity of the assistant message the tool call came from (a response id,
+    /// or a position in a history: [`ToolCall::turn_id`](crate::dispatch::ToolCall::turn_id)).
+    /// `scope = "call"` tools are keyed by it with the tool-call id (D10), so a call id
+    /// reused in a later turn is a new call. An empty id counts as none.
+    pub fn with_turn(self, id: impl Into<Arc<str>>) -> Self {
+        self.edit(|inner| inner.turn_id = Some(id.into()))
+    }
+
     /// Sets the value of a user-named scope (`scope = "tenant"` reads `"tenant"`).
     pub fn with_scope(self, name: impl Into<Arc<str>>, value: impl Into<Arc<str>>) -> Self {
         let (name, value) = (name.into(), value.into());
@@ -165,6 +175,11 @@ impl CallContext {
     /// The tool-call id, if set.
     pub fn tool_call_id(&self) -> Option<&str> {
         self.inner.tool_call_id.as_deref()
+    }
+
+    /// The turn identity set with [`with_turn`](Self::with_turn), if any.
+    pub fn turn_id(&self) -> Option<&str> {
+        self.inner.turn_id.as_deref()
     }
 
     /// The value of a user-named scope, if set.

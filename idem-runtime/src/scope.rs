@@ -4,6 +4,10 @@ use crate::context::CallContext;
 use crate::error::Error;
 use crate::label::ScopePath;
 
+/// The scope-path part of a `scope = "call"` key that names the assistant message the call
+/// came from (D10): `conversation=…, turn=…, call=…`.
+pub const TURN_PART: &str = "turn";
+
 /// Which value, besides the tool name and arguments, a tool's keys are derived from.
 ///
 /// Chosen with the attribute's `scope = "…"` option.
@@ -17,8 +21,10 @@ pub enum Scope {
     Global,
     /// `scope = "call"`: the provider's tool-call id, within the conversation in force if
     /// any (provider ids repeat across conversations: MCP request ids restart at every
-    /// session). For tools whose identical calls are distinct intents (two dice rolls):
-    /// only retries of the same tool call replay.
+    /// session) and within the turn it came from if known ([`CallContext::with_turn`]:
+    /// some providers reuse call ids by position in every turn, D10). For tools whose
+    /// identical calls are distinct intents (two dice rolls): only retries of the same
+    /// tool call replay.
     Call,
     /// `scope = "tenant"` (any other name): the value set under that name on the
     /// [`CallContext`] with [`CallContext::with_scope`].
@@ -139,16 +145,21 @@ impl Scope {
         Ok(match self {
             Scope::Global => path,
             Scope::Call => {
-                let within = context
-                    .and_then(CallContext::conversation_id)
-                    .filter(|conversation| !conversation.is_empty());
                 let call = value(self)?;
-                match within {
-                    Some(conversation) => path
-                        .with(Scope::Conversation.kind(), conversation)
-                        .with(self.kind(), call),
-                    None => path.with(self.kind(), call),
+                let within = [
+                    (
+                        Scope::Conversation.kind(),
+                        context.and_then(CallContext::conversation_id),
+                    ),
+                    (TURN_PART, context.and_then(CallContext::turn_id)),
+                ];
+                let mut path = path;
+                for (kind, value) in within {
+                    if let Some(value) = value.filter(|value| !value.is_empty()) {
+                        path = path.with(kind, value);
+                    }
                 }
+                path.with(self.kind(), call)
             }
             Scope::Conversation | Scope::Named(_) => path.with(self.kind(), value(self)?),
             Scope::Composite { parts, .. } => {

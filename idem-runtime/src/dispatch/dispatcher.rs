@@ -23,15 +23,16 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use serde_json::Value;
 
-use crate::context::AttemptRecord;
+use crate::context::{AttemptRecord, CallContext};
 use crate::dispatch::results::marked_call_result;
 use crate::dispatch::retry::is_transient;
 use crate::dispatch::{
-    Attempt, CallReport, Conversation, FailureKind, InProcess, RetryPolicy, Tool, ToolCall,
+    Attempt, CallReport, Conversation, FailureKind, InProcess, OwnRun, RetryPolicy, Tool, ToolCall,
     ToolFailure, ToolReply, ToolRequest, Transport, Turn, TurnOutcome,
 };
 use crate::engine::Engine;
 use crate::key::IdempotencyKey;
+use crate::outcome::CallStatus;
 
 /// Runs the tool calls of assistant messages against registered [`Tool`]s, with retries
 /// that carry each call's key (D2–D5).
@@ -271,11 +272,16 @@ impl Dispatcher {
     pub async fn dispatch_call(&self, call: &ToolCall, conversation: &Conversation) -> CallReport {
         let (tool, arguments) = match self.runnable(call) {
             Ok(runnable) => runnable,
-            Err(failure) => return report(call, Vec::new(), None, failure_reply(failure), false),
+            Err(failure) => {
+                return report(call, Vec::new(), None, failure_reply(failure), false, None)
+            }
         };
         let mark_replays = tool.replay_marking().unwrap_or(self.mark_replays);
         let record = AttemptRecord::new(call.name.as_str());
         let mut attempts: Vec<Attempt> = Vec::new();
+        // Each attempt's context: its outcome slot says what the tool's `#[idempotent]`
+        // call did in that attempt, also when the transport lost the reply (D11).
+        let mut contexts = Vec::new();
         for number in 1..=self.retry.max_attempts() {
             // The backoff, or the previous attempt's retry-after hint if that is longer.
             let hint = attempts
@@ -289,6 +295,9 @@ impl Dispatcher {
                 self.retry.sleep(waited).await;
             }
             let mut context = conversation.call_context(&call.id, Arc::clone(&record));
+            if let Some(turn) = &call.turn_id {
+                context = context.with_turn(turn.as_str());
+            }
             if let (None, Some(engine)) = (conversation.engine(), &self.engine) {
                 context = context.with_engine(engine.clone());
             }
@@ -299,6 +308,7 @@ impl Dispatcher {
                 call_id: call.id.clone(),
                 attempt: number,
             };
+            contexts.push(request.context.clone());
             let outcome = self.transport.invoke(request).await;
             let again = is_transient(&outcome);
             attempts.push(Attempt {
@@ -317,7 +327,7 @@ impl Dispatcher {
             .derived()
             .map(|derived| derived.key)
             .or_else(|| reply.record.as_ref().map(|r| r.key.clone()));
-        report(call, attempts, key, reply, mark_replays)
+        report(call, attempts, key, reply, mark_replays, own_run(&contexts))
     }
 
     /// The tool and arguments of `call`, or the failure that keeps it from running (D2).
@@ -352,6 +362,7 @@ fn report(
     key: Option<IdempotencyKey>,
     reply: ToolReply,
     mark_replays: bool,
+    ran: Option<OwnRun>,
 ) -> CallReport {
     let record = reply.record.as_ref().filter(|_| mark_replays);
     CallReport {
@@ -361,7 +372,19 @@ fn report(
         attempts,
         reply,
         key,
+        ran,
     }
+}
+
+/// The first attempt whose tool call ran the body itself (executed or reconciled, not a
+/// replay), read from the attempts' contexts (D11).
+fn own_run(contexts: &[CallContext]) -> Option<OwnRun> {
+    contexts.iter().zip(1..).find_map(|(context, attempt)| {
+        context
+            .last_outcome()
+            .filter(|record| record.status != CallStatus::Replayed)
+            .map(|record| OwnRun { attempt, record })
+    })
 }
 
 fn failure_reply(failure: ToolFailure) -> ToolReply {

@@ -24,7 +24,7 @@ pub use conversation::Conversation;
 pub use dispatcher::{BuildError, Dispatcher, DispatcherBuilder};
 pub use parse::{parse_as, parse_turns, parse_turns_str, ArgumentError, ParseError};
 pub use provider::Provider;
-pub use report::{Attempt, CallReport, TurnOutcome};
+pub use report::{Attempt, CallReport, OwnRun, TurnOutcome};
 pub use results::{call_result, turn_messages};
 pub use retry::{is_transient, Jitter, RetryPolicy, Sleeper, TimerSleeper};
 pub use tool::{FailureKind, ReplyFuture, Tool, ToolFailure, ToolReply};

@@ -7,7 +7,7 @@ use serde_json::Value;
 use crate::dispatch::results::turn_messages;
 use crate::dispatch::{Provider, ToolReply, TransportError};
 use crate::key::IdempotencyKey;
-use crate::outcome::CallStatus;
+use crate::outcome::{CallRecord, CallStatus};
 
 /// One attempt of one call.
 #[derive(Debug, Clone, PartialEq)]
@@ -19,6 +19,17 @@ pub struct Attempt {
     pub waited: Duration,
     /// The reply, or why none came back.
     pub outcome: Result<ToolReply, TransportError>,
+}
+
+/// The run of the tool's body that one of a call's own attempts made (D11).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OwnRun {
+    /// The attempt that ran it, from 1.
+    pub attempt: u32,
+    /// The run's outcome record: [`CallStatus::Executed`], or
+    /// [`CallStatus::Reconciled`] when a takeover settled an earlier run's outcome by
+    /// reconciling (U3).
+    pub record: CallRecord,
 }
 
 /// What happened to one call of a turn.
@@ -43,6 +54,15 @@ pub struct CallReport {
     pub key: Option<IdempotencyKey>,
     /// The result in the provider's shape, matched to [`id`](Self::id) (D5).
     pub result: Value,
+    /// This call's own run, when one of its attempts ran the body (or reconciled), also
+    /// when that attempt's reply was lost and a retry replayed it (D11). Read from what the
+    /// tool's `#[idempotent]` call published on each attempt's context
+    /// ([`CallContext::last_outcome`](crate::CallContext::last_outcome), S12), so it needs a
+    /// transport that runs the tool in process under the attempt's context (as
+    /// [`InProcess`](crate::dispatch::InProcess) and the test kit's transports do; a
+    /// remote tool's run is seen only in its reply). `None` when every outcome the call
+    /// got was an earlier call's (a replay), or it never reached the store.
+    pub ran: Option<OwnRun>,
 }
 
 impl CallReport {
@@ -56,9 +76,16 @@ impl CallReport {
         self.reply.result.is_ok()
     }
 
-    /// Executed or replayed, for calls that reached the store.
+    /// What this call did (D11): the status of its own run ([`ran`](Self::ran): executed
+    /// or reconciled), also when that run's reply was lost and a retry replayed it; else
+    /// the final reply's (replayed, when the outcome was an earlier call's). `None` for a
+    /// call that never reached the store.
     pub fn status(&self) -> Option<CallStatus> {
-        self.reply.record.as_ref().map(|record| record.status)
+        self.ran
+            .as_ref()
+            .map(|run| &run.record)
+            .or(self.reply.record.as_ref())
+            .map(|record| record.status)
     }
 }
 

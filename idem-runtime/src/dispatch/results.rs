@@ -239,15 +239,15 @@ fn mcp_response(
     result: &Result<Value, ToolFailure>,
     marker: Option<Marker>,
 ) -> Value {
-    let id = call
-        .request_id
-        .clone()
-        .unwrap_or_else(|| Value::String(call.id.clone()));
-    let protocol_error = match result {
-        Err(failure) if failure.kind == FailureKind::UnknownTool => true,
-        Err(failure) => failure.kind == FailureKind::BadArguments && call.arguments.is_err(),
-        Ok(_) => false,
-    };
+    // A call read from bare params (D9) has no request to answer: its result is the bare
+    // `CallToolResult`, and every failure an `isError` result.
+    let id = call.request_id.clone();
+    let protocol_error = id.is_some()
+        && match result {
+            Err(failure) if failure.kind == FailureKind::UnknownTool => true,
+            Err(failure) => failure.kind == FailureKind::BadArguments && call.arguments.is_err(),
+            Ok(_) => false,
+        };
     if let (true, Err(failure)) = (protocol_error, result) {
         return json!({
             "jsonrpc": "2.0",
@@ -264,7 +264,10 @@ fn mcp_response(
         body.insert("structuredContent".into(), structured.clone());
     }
     body.insert("isError".into(), json!(result.is_err()));
-    json!({"jsonrpc": "2.0", "id": id, "result": body})
+    match id {
+        Some(id) => json!({"jsonrpc": "2.0", "id": id, "result": body}),
+        None => Value::Object(body),
+    }
 }
 
 #[cfg(test)]

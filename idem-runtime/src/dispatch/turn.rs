@@ -19,6 +19,21 @@ pub struct Turn {
     pub calls: Vec<ToolCall>,
 }
 
+impl Turn {
+    /// Gives every call that has none the turn identity `id` (D10).
+    pub(crate) fn identify(&mut self, id: &str) {
+        for call in &mut self.calls {
+            call.turn_id.get_or_insert_with(|| id.to_owned());
+        }
+    }
+
+    /// [`identify`](Self::identify) with the identity of a message at `position` in a
+    /// history or an array of turns: `#` and the position (D10).
+    pub(crate) fn identify_by_position(&mut self, position: usize) {
+        self.identify(&format!("#{position}"));
+    }
+}
+
 /// One tool call the model asked for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolCall {
@@ -26,15 +41,24 @@ pub struct ToolCall {
     pub provider: Provider,
     /// The id its result is matched to (D5): `tool_calls[].id` (OpenAI Chat), `call_id`
     /// (OpenAI Responses), the `tool_use` block's `id` (Anthropic), `functionCall.id` or a
-    /// synthesized id (Gemini), the JSON-RPC request id as text (MCP: `2` → `"2"`).
-    /// Also the value `scope = "call"` tools are keyed by (K7).
+    /// synthesized id (Gemini), the JSON-RPC request id as text (MCP: `2` → `"2"`), a
+    /// synthesized id for bare MCP params and for a call unwrapped from an OpenAI parallel
+    /// wrapper. With [`turn_id`](Self::turn_id), what `scope = "call"` tools are keyed by
+    /// (K7, D10).
     pub id: String,
-    /// `true` when the provider sent no id and this one was made up. Gemini only:
-    /// `"<label>:<part index>"`, where `<label>` is the response's `responseId` when it has
-    /// one, a content's position in a `contents` history, and a random label drawn per
-    /// parse for a response without `responseId` (each received response is a new turn;
-    /// see the Gemini parser's docs). Deterministic except in that last case. A synthesized id is never sent back to the
-    /// provider (Gemini's `functionResponse` gets an `id` only when the call had one).
+    /// `true` when the provider sent no id for this call and this one was made up:
+    /// - Gemini: `"<label>:<part index>"`, where `<label>` is the response's `responseId`
+    ///   when it has one, a content's position in a `contents` history, and a random label
+    ///   drawn per parse for a response without `responseId` (each received response is a
+    ///   new turn; see the Gemini parser's docs);
+    /// - bare MCP `CallToolRequestParams` (D9): `"<random label>:<position>"`, the label
+    ///   drawn per parse;
+    /// - an entry of an OpenAI parallel wrapper (D7): `"<wrapper id>:<position>"`.
+    ///
+    /// Deterministic except where a random label is drawn. A synthesized id is never sent
+    /// back to the provider (Gemini's `functionResponse` gets an `id` only when the call had
+    /// one; a wrapper's entries answer under the wrapper's id; a bare params result has no
+    /// id).
     pub id_synthesized: bool,
     /// The tool's name, as the model called it.
     pub name: String,

@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use super::arguments::object_member;
 use super::error::ParseError;
 use super::path::JsonPath;
-use super::read::{role, Reader};
+use super::read::{identify_by_member, role, Reader};
 use crate::dispatch::{Provider, ToolCall, Turn};
 
 const READER: Reader = Reader {
@@ -62,11 +62,13 @@ pub(crate) fn turns(
             calls.push(tool_use(block, &block_path)?);
         }
     }
-    Ok(vec![Turn {
+    let mut turns = vec![Turn {
         provider: Provider::Anthropic,
         index,
         calls,
-    }])
+    }];
+    identify_by_member(&mut turns, object, "id");
+    Ok(turns)
 }
 
 fn tool_use(block: &Map<String, Value>, path: &JsonPath) -> Result<ToolCall, ParseError> {

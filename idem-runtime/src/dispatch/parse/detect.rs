@@ -38,7 +38,9 @@ pub(crate) fn detect_turns(document: &Value) -> Result<Vec<Turn>, ParseError> {
             for (i, item) in items.iter().enumerate() {
                 let path = root.index(i);
                 match item {
-                    Value::Object(object) => turns.extend(object_turns(object, i, &path)?),
+                    Value::Object(object) => {
+                        turns.extend(identified(object_turns(object, i, &path)?, i));
+                    }
                     other => return Err(unknown(&path, other)),
                 }
             }
@@ -85,7 +87,7 @@ pub(crate) fn turns_as(provider: Provider, document: &Value) -> Result<Vec<Turn>
             for (i, item) in items.iter().enumerate() {
                 let path = root.index(i);
                 let object = reader.object(item, &path, "a message or response object")?;
-                turns.extend(provider_turns(provider, object, i, &path)?);
+                turns.extend(identified(provider_turns(provider, object, i, &path)?, i));
             }
             Ok(turns)
         }
@@ -106,6 +108,15 @@ fn provider_turns(
         Provider::Gemini => gemini::turns(object, index, path),
         Provider::Mcp => mcp::turns(object, index, path),
     }
+}
+
+/// The turns of the element at `position` of an array of turns, each call without a turn
+/// identity of its own (a response id) identified by that position (D10).
+fn identified(mut turns: Vec<Turn>, position: usize) -> Vec<Turn> {
+    for turn in &mut turns {
+        turn.identify_by_position(position);
+    }
+    turns
 }
 
 fn unknown(path: &JsonPath, found: &Value) -> ParseError {

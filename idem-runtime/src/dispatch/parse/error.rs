@@ -20,7 +20,7 @@ pub enum ParseError {
     },
 
     /// The value at `path` matches none of the accepted shapes.
-    #[error("no tool-call shape matches the value at {path} ({found}); expected an OpenAI Chat Completions response (`choices`) or assistant message (`tool_calls`), an OpenAI Responses response (`output`) or `function_call` item, an Anthropic Messages response or message (`content` blocks), a Gemini response (`candidates`), content (`parts`) or `contents` history, an MCP `tools/call` request (`jsonrpc`, `method`), or an array of these")]
+    #[error("no tool-call shape matches the value at {path} ({found}); expected an OpenAI Chat Completions response (`choices`) or assistant message (`tool_calls`), an OpenAI Responses response (`output`) or `function_call` item, an Anthropic Messages response or message (`content` blocks), a Gemini response (`candidates`), content (`parts`) or `contents` history, an MCP `tools/call` request (`jsonrpc`, `method`) or bare `CallToolRequestParams` (`name`, `arguments`), or an array of these")]
     UnknownShape {
         /// Where the value is.
         path: String,

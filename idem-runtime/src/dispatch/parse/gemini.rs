@@ -22,7 +22,7 @@ use serde_json::{Map, Value};
 use super::arguments::object_member;
 use super::error::ParseError;
 use super::path::JsonPath;
-use super::read::{role, Reader};
+use super::read::{identify_by_member, role, Reader};
 use crate::dispatch::{Provider, ToolCall, Turn};
 
 const READER: Reader = Reader {
@@ -74,7 +74,9 @@ pub(crate) fn turns(
         }]),
         Some(content) => {
             let content = READER.object(content, &content_path, "a content object")?;
-            content_turn(content, index, Some(response_id), &content_path)
+            let mut turns = content_turn(content, index, Some(response_id), &content_path)?;
+            identify_by_member(&mut turns, object, "responseId");
+            Ok(turns)
         }
     }
 }
@@ -86,7 +88,10 @@ pub(crate) fn contents_turns(contents: &[Value], path: &JsonPath) -> Result<Vec<
     for (i, content) in contents.iter().enumerate() {
         let content_path = path.index(i);
         let content = READER.object(content, &content_path, "a content object")?;
-        turns.extend(content_turn(content, i, None, &content_path)?);
+        for mut turn in content_turn(content, i, None, &content_path)? {
+            turn.identify_by_position(i);
+            turns.push(turn);
+        }
     }
     Ok(turns)
 }

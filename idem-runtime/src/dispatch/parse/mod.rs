@@ -2,7 +2,8 @@
 //!
 //! Accepted documents, for every [`Provider`]:
 //! - one whole response body (OpenAI Chat Completions, OpenAI Responses, Anthropic
-//!   Messages, Gemini `generateContent`) or one MCP `tools/call` request;
+//!   Messages, Gemini `generateContent`), one MCP `tools/call` request, or one bare MCP
+//!   `CallToolRequestParams` object (`{"name","arguments"}`, D9);
 //! - a bare assistant message (OpenAI Chat `{"role":"assistant","tool_calls":…}`,
 //!   Anthropic `{"role":"assistant","content":[…]}`, a Gemini content
 //!   `{"role":"model","parts":[…]}`, an OpenAI Responses `function_call` item);
@@ -12,7 +13,9 @@
 //!   OpenAI Responses item list.
 //!
 //! The output is one [`Turn`] per assistant message, each with its
-//! [`ToolCall`](crate::dispatch::ToolCall)s. A call whose arguments are unusable keeps an
+//! [`ToolCall`](crate::dispatch::ToolCall)s. Each call carries its turn's identity where the
+//! document has one (D10): the response's id, else its position in an array or history
+//! ([`ToolCall::turn_id`](crate::dispatch::ToolCall::turn_id)). A call whose arguments are unusable keeps an
 //! [`ArgumentError`] (D2: it alone gets an error result); a document that cannot be read
 //! at all is a [`ParseError`] naming the path and what was expected there. No input
 //! panics.

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use super::arguments::json_string_member;
 use super::error::ParseError;
 use super::path::JsonPath;
-use super::read::{role, Reader};
+use super::read::{identify_by_member, role, Reader};
 use crate::dispatch::{Provider, ToolCall, Turn};
 
 const READER: Reader = Reader {
@@ -44,7 +44,9 @@ pub(crate) fn turns(
             .get("message")
             .ok_or_else(|| READER.malformed(&message_path, "a message object", None))?;
         let message = READER.object(message, &message_path, "a message object")?;
-        return message_turn(message, index, &message_path);
+        let mut turns = message_turn(message, index, &message_path)?;
+        identify_by_member(&mut turns, object, "id");
+        return Ok(turns);
     }
     message_turn(object, index, path)
 }

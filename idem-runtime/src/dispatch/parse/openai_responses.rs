@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use super::arguments::json_string_member;
 use super::error::ParseError;
 use super::path::JsonPath;
-use super::read::{role, Reader};
+use super::read::{identify_by_member, role, Reader};
 use crate::dispatch::{Provider, ToolCall, Turn};
 
 const READER: Reader = Reader {
@@ -56,11 +56,13 @@ pub(crate) fn turns(
     for (i, item) in output.iter().enumerate() {
         calls.extend(item_call(item, &output_path.index(i))?);
     }
-    Ok(vec![Turn {
+    let mut turns = vec![Turn {
         provider: Provider::OpenAiResponses,
         index,
         calls,
-    }])
+    }];
+    identify_by_member(&mut turns, object, "id");
+    Ok(turns)
 }
 
 /// The turns of an item list at `path`: runs of output items, each indexed by the
@@ -83,6 +85,9 @@ pub(crate) fn item_list_turns(items: &[Value], path: &JsonPath) -> Result<Vec<Tu
         turn.calls.extend(item_call(item, &item_path)?);
     }
     turns.extend(current);
+    for turn in &mut turns {
+        turn.identify_by_position(turn.index);
+    }
     Ok(turns)
 }
 

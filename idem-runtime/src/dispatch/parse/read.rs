@@ -5,7 +5,7 @@ use serde_json::{Map, Value};
 
 use super::error::ParseError;
 use super::path::{describe, JsonPath};
-use crate::dispatch::Provider;
+use crate::dispatch::{Provider, Turn};
 
 /// Reads members of one provider's document.
 #[derive(Debug, Clone, Copy)]
@@ -119,6 +119,20 @@ impl Reader {
                 path: path.clone().into_string(),
                 count: items.len(),
             }),
+        }
+    }
+}
+
+/// Gives every call of `turns` the response's own id as its turn identity (D10), when
+/// `object` has a non-empty string member `name` (`id`, Gemini's `responseId`).
+pub(crate) fn identify_by_member(turns: &mut [Turn], object: &Map<String, Value>, name: &str) {
+    if let Some(id) = object
+        .get(name)
+        .and_then(Value::as_str)
+        .filter(|id| !id.is_empty())
+    {
+        for turn in turns {
+            turn.identify(id);
         }
     }
 }
