@@ -26,15 +26,20 @@ pub struct ToolCall {
     pub provider: Provider,
     /// The id its result is matched to (D5): `tool_calls[].id` (OpenAI Chat), `call_id`
     /// (OpenAI Responses), the `tool_use` block's `id` (Anthropic), `functionCall.id` or a
-    /// synthesized id (Gemini), the JSON-RPC request id as text (MCP: `2` → `"2"`).
+    /// synthesized id (Gemini), the JSON-RPC request id as text (MCP: `2` → `"2"`), and
+    /// `"<wrapper id>:<i>"` for the entry `i` of an OpenAI parallel wrapper (D7; its
+    /// result goes back under the wrapper's id, see [`wrapped_in`](Self::wrapped_in)).
     /// Also the value `scope = "call"` tools are keyed by (K7).
     pub id: String,
-    /// `true` when the provider sent no id and this one was made up. Gemini only:
-    /// `"<label>:<part index>"`, where `<label>` is the response's `responseId` when it has
-    /// one, a content's position in a `contents` history, and a random label drawn per
-    /// parse for a response without `responseId` (each received response is a new turn;
-    /// see the Gemini parser's docs). Deterministic except in that last case. A synthesized id is never sent back to the
-    /// provider (Gemini's `functionResponse` gets an `id` only when the call had one).
+    /// `true` when the provider sent no id for this call and this one was made up. A
+    /// synthesized id is never sent back to the provider. Two cases:
+    /// - Gemini: `"<label>:<part index>"`, where `<label>` is the response's `responseId`
+    ///   when it has one, a content's position in a `contents` history, and a random label
+    ///   drawn per parse for a response without `responseId` (each received response is a
+    ///   new turn; see the Gemini parser's docs). Deterministic except in that last case.
+    ///   Gemini's `functionResponse` gets an `id` only when the call had one.
+    /// - an entry of an OpenAI parallel wrapper (D7): `"<wrapper id>:<i>"`, deterministic.
+    ///   Its result goes back under the wrapper's own id.
     pub id_synthesized: bool,
     /// The tool's name, as the model called it.
     pub name: String,
@@ -56,7 +61,9 @@ pub struct ToolCall {
     pub turn_id: Option<String>,
     /// Set when the call was one entry of an OpenAI parallel wrapper
     /// (`multi_tool_use.parallel`, D7): which wrapper, and where in it. Its result goes
-    /// back under the wrapper's id, merged with its siblings' (D5).
+    /// back under the wrapper's id, as one text part of the wrapper's single result,
+    /// merged with its siblings' in order by [`turn_messages`](crate::dispatch::turn_messages)
+    /// (D5). The parsers set it; `None` for every other call.
     pub wrapped_in: Option<ParallelWrapper>,
 }
 

@@ -12,7 +12,10 @@
 //!   OpenAI Responses item list.
 //!
 //! The output is one [`Turn`] per assistant message, each with its
-//! [`ToolCall`](crate::dispatch::ToolCall)s. A call whose arguments are unusable keeps an
+//! [`ToolCall`](crate::dispatch::ToolCall)s. An OpenAI parallel wrapper
+//! (`multi_tool_use.parallel`, D7) is unwrapped wherever OpenAI calls are read: each of its
+//! `tool_uses` becomes its own call, `"<wrapper id>:<i>"`, at the wrapper's place (see
+//! [`ToolCall::wrapped_in`](crate::dispatch::ToolCall::wrapped_in)). A call whose arguments are unusable keeps an
 //! [`ArgumentError`] (D2: it alone gets an error result); a document that cannot be read
 //! at all is a [`ParseError`] naming the path and what was expected there. No input
 //! panics.
@@ -37,6 +40,7 @@ mod gemini;
 mod mcp;
 mod openai_chat;
 mod openai_responses;
+pub(crate) mod parallel;
 pub(crate) mod path;
 mod read;
 
