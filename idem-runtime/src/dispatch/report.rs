@@ -24,7 +24,9 @@ pub struct Attempt {
 /// What happened to one call of a turn.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CallReport {
-    /// The provider's id of the call (synthesized for some Gemini calls).
+    /// The call's [`id`](crate::dispatch::ToolCall::id): the provider's, or synthesized
+    /// (some Gemini calls; `"<wrapper id>:<i>"` for an entry of an OpenAI parallel
+    /// wrapper, D7).
     pub id: String,
     /// The tool's name, as the model called it.
     pub tool: String,
@@ -41,7 +43,9 @@ pub struct CallReport {
     /// else the key of the final reply's outcome; `None` when no attempt got as far as
     /// deriving one.
     pub key: Option<IdempotencyKey>,
-    /// The result in the provider's shape, matched to [`id`](Self::id) (D5).
+    /// The result in the provider's shape, matched to [`id`](Self::id) (D5); for an
+    /// entry of an OpenAI parallel wrapper, matched to the wrapper's id, as one text part
+    /// ([`call_result`](crate::dispatch::call_result), D7).
     pub result: Value,
 }
 
@@ -75,7 +79,9 @@ pub struct TurnOutcome {
 
 impl TurnOutcome {
     /// The message(s) to send back to the model, in the provider's shape (D5): see
-    /// [`turn_messages`](crate::dispatch::turn_messages).
+    /// [`turn_messages`](crate::dispatch::turn_messages). A parallel wrapper's calls get
+    /// one message (Chat) or item (Responses) under the wrapper's id (D7), so there may be
+    /// fewer messages than [`calls`](Self::calls).
     pub fn messages(&self) -> Vec<Value> {
         turn_messages(
             self.provider,
