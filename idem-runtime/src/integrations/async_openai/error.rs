@@ -67,7 +67,7 @@ pub enum OpenAiDispatchError {
         "the result of call `{call_id}` cannot be read as async-openai's `{target}`: {message}"
     )]
     ResultConversion {
-        /// The call's id.
+        /// The id the result answers: the call's, or a parallel wrapper's (D7).
         call_id: String,
         /// The async-openai type: `ChatCompletionRequestToolMessage` or
         /// `FunctionCallOutputItemParam`.
