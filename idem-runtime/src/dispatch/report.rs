@@ -31,7 +31,8 @@ pub struct CallReport {
     /// The tool's name, as the model called it.
     pub tool: String,
     /// Every attempt, in order. Empty when the dispatcher did not attempt the call: an
-    /// unknown tool, or arguments that are not a JSON object (D2). Arguments that are an
+    /// unknown tool, arguments that are not a JSON object (D2), or an OpenAI parallel
+    /// wrapper whose arguments are not a list of tool uses (D7). Arguments that are an
     /// object but do not fit the tool's parameters are refused by the tool itself in the
     /// first attempt: one attempt, a `BadArguments` failure, not retried.
     pub attempts: Vec<Attempt>,

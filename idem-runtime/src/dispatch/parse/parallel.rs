@@ -56,10 +56,15 @@ pub(crate) fn is_wrapper_name(provider: Provider, name: &str) -> bool {
 /// Whether `call` is a parallel wrapper (D7): [`is_wrapper_name`], or a Responses call
 /// named `parallel` whose arguments are an object with a `tool_uses` member.
 fn is_wrapper(call: &ToolCall) -> bool {
+    let holds_tool_uses = || {
+        call.arguments
+            .as_ref()
+            .is_ok_and(|arguments| arguments.get("tool_uses").is_some())
+    };
     is_wrapper_name(call.provider, &call.name)
         || (call.provider == Provider::OpenAiResponses
             && call.name == SHORT_WRAPPER
-            && matches!(&call.arguments, Ok(Value::Object(arguments)) if arguments.contains_key("tool_uses")))
+            && holds_tool_uses())
 }
 
 /// The calls `call` stands for, read at `arguments_path` (where its arguments are in the
