@@ -552,3 +552,169 @@ async fn typed_and_json_dispatch_share_keys() {
     assert_eq!(from_json.calls[0].status(), Some(CallStatus::Replayed));
     assert_eq!(log.len(), 2);
 }
+
+/// A `multi_tool_use.parallel` call (an OpenAI parallel wrapper) holding refunds of
+/// `(order, cents)`.
+fn parallel_refunds(id: &str, refunds: &[(u64, u64)]) -> Value {
+    let uses: Vec<Value> = refunds
+        .iter()
+        .map(|(order, cents)| {
+            json!({"recipient_name": "functions.send_refund",
+            "parameters": {"order": order, "cents": cents}})
+        })
+        .collect();
+    json!({"id": id, "type": "function", "function": {"name": "multi_tool_use.parallel",
+        "arguments": json!({"tool_uses": uses}).to_string()}})
+}
+
+// pins D7, O1, O2: a Chat wrapper runs each entry as its own call (a report each) and is
+// answered by one typed tool message under its id with a text part per entry, in order,
+// equal to the JSON result; the assistant message keeps the wrapper call, so the next
+// request is valid
+#[tokio::test]
+async fn a_chat_wrapper_gives_one_tool_message_with_parts() {
+    let log = EffectLog::new();
+    let response = chat_response(json!([
+        function_call("call_a", "{\"order\": 7, \"cents\": 1250}"),
+        parallel_refunds("call_w", &[(8, 300), (9, 400)]),
+    ]));
+    let results = dispatcher(&log)
+        .dispatch_chat_completion(&response, &Conversation::new("conv_d7_chat"))
+        .await
+        .unwrap();
+    assert_eq!(log.len(), 3);
+    let ids: Vec<&str> = results.reports().iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, ["call_a", "call_w:0", "call_w:1"]);
+    assert_eq!(results.len(), 2);
+    let ChatCompletionRequestMessage::Tool(wrapper) = &results.messages()[1] else {
+        panic!("not a tool message: {:?}", results.messages()[1]);
+    };
+    assert_eq!(wrapper.tool_call_id, "call_w");
+    assert!(matches!(
+        &wrapper.content,
+        ChatCompletionRequestToolMessageContent::Array(parts) if parts.len() == 2
+    ));
+    let typed: Vec<Value> = results
+        .messages()
+        .iter()
+        .map(|m| serde_json::to_value(m).unwrap())
+        .collect();
+    assert_eq!(typed, results.outcome().messages());
+    assert_eq!(
+        typed[1],
+        json!({"role": "tool", "tool_call_id": "call_w", "content": [
+            {"type": "text", "text": r#"{"cents":300,"refund_id":"re_8"}"#},
+            {"type": "text", "text": r#"{"cents":400,"refund_id":"re_9"}"#},
+        ]})
+    );
+    assert_eq!(
+        results.assistant_message(),
+        &assistant_message(&response.choices[0].message)
+    );
+
+    let mut messages = vec![ChatCompletionRequestMessage::from(
+        ChatCompletionRequestUserMessage::from("Refund orders 7, 8 and 9"),
+    )];
+    results.append_to(&mut messages);
+    let request = CreateChatCompletionRequestArgs::default()
+        .model("gpt-4.1")
+        .messages(messages)
+        .build()
+        .unwrap();
+    let body = serde_json::to_value(&request).unwrap();
+    let calls = &body["messages"][1]["tool_calls"];
+    assert_eq!(calls[1]["function"]["name"], "multi_tool_use.parallel");
+    let answered: Vec<&str> = body["messages"].as_array().unwrap()[2..]
+        .iter()
+        .map(|m| m["tool_call_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(answered, ["call_a", "call_w"]);
+    let read_back: CreateChatCompletionRequest = serde_json::from_value(body).unwrap();
+    assert_eq!(read_back, request);
+}
+
+// pins D7, D2, O1: a typed wrapper whose arguments are not `tool_uses` is one call with a
+// bad_arguments text message; the other call still runs
+#[tokio::test]
+async fn a_malformed_chat_wrapper_is_one_bad_call() {
+    let log = EffectLog::new();
+    let response = chat_response(json!([
+        function_call("call_a", "{\"order\": 7, \"cents\": 1250}"),
+        {"id": "call_w", "type": "function", "function": {"name": "multi_tool_use.parallel",
+            "arguments": "{\"tool_uses\": [{\"recipient_name\": 3}]}"}},
+    ]));
+    let results = dispatcher(&log)
+        .dispatch_chat_completion(&response, &Conversation::new("conv_d7_bad"))
+        .await
+        .unwrap();
+    assert_eq!(log.len(), 1);
+    assert_eq!(results.reports().len(), 2);
+    let (id, error) = tool_message(&results.messages()[1]);
+    assert_eq!(id, "call_w");
+    assert_eq!(error["error"]["kind"], "bad_arguments");
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("`tool_uses[0].recipient_name`"),
+        "{message}"
+    );
+}
+
+// pins D7, O4: a Responses wrapper (`parallel` with `tool_uses`) is answered by one typed
+// function_call_output under its call_id with an input_text part per entry, equal to the
+// JSON result, and forms a valid next request
+#[tokio::test]
+async fn a_responses_wrapper_gives_one_output_item_with_parts() {
+    let log = EffectLog::new();
+    let uses = json!({"tool_uses": [
+        {"recipient_name": "functions.send_refund", "parameters": {"order": 8, "cents": 300}},
+        {"recipient_name": "send_refund", "parameters": {"order": 9, "cents": 400}},
+    ]});
+    let wrapper = json!({"type": "function_call", "id": "fc_w", "call_id": "call_w",
+        "name": "parallel", "arguments": uses.to_string(), "status": "completed"});
+    let response: Response = serde_json::from_value(responses_json(json!([
+        {"type": "reasoning", "id": "rs_1", "summary": []},
+        wrapper,
+        responses_call("call_a", "{\"order\": 7, \"cents\": 1250}"),
+    ])))
+    .unwrap();
+    let results = dispatcher(&log)
+        .dispatch_response(&response, &Conversation::new("conv_d7_responses"))
+        .await
+        .unwrap();
+    assert_eq!(log.len(), 3);
+    assert_eq!(results.reports().len(), 3);
+    assert_eq!(results.len(), 2);
+    let InputItem::Item(Item::FunctionCallOutput(output)) = &results.items()[0] else {
+        panic!("not a function_call_output: {:?}", results.items()[0]);
+    };
+    assert_eq!(output.call_id.as_deref(), Some("call_w"));
+    assert!(matches!(&output.output, FunctionCallOutput::Content(parts) if parts.len() == 2));
+    let typed: Vec<Value> = results
+        .items()
+        .iter()
+        .map(|i| serde_json::to_value(i).unwrap())
+        .collect();
+    assert_eq!(typed, results.outcome().messages());
+    assert_eq!(
+        typed[0],
+        json!({"type": "function_call_output", "call_id": "call_w", "output": [
+            {"type": "input_text", "text": r#"{"cents":300,"refund_id":"re_8"}"#},
+            {"type": "input_text", "text": r#"{"cents":400,"refund_id":"re_9"}"#},
+        ]})
+    );
+    let mut input: Vec<InputItem> = response
+        .output
+        .iter()
+        .cloned()
+        .map(InputItem::from)
+        .collect();
+    input.extend(results.into_items());
+    let next = CreateResponseArgs::default()
+        .model("gpt-4.1")
+        .input(input)
+        .build()
+        .unwrap();
+    let body = serde_json::to_value(&next).unwrap();
+    let read_back: CreateResponse = serde_json::from_value(body).unwrap();
+    assert_eq!(read_back, next);
+}

@@ -226,3 +226,109 @@ async fn an_empty_call_id_is_refused() {
     );
     assert!(log.is_empty(), "nothing ran");
 }
+
+/// A genai tool call to `multi_tool_use.parallel` (an OpenAI parallel wrapper) with
+/// `arguments`.
+fn wrapper_call(call_id: &str, arguments: Value) -> Value {
+    json!({"ToolCall": {"call_id": call_id, "fn_name": "multi_tool_use.parallel",
+        "fn_arguments": arguments}})
+}
+
+// pins D7, O6, O7: a genai wrapper runs each entry as its own call (a report each) and is
+// answered by one tool response under its call_id and name, whose content is the JSON
+// array of the entries' texts in order; the assistant message keeps the wrapper call; a
+// retried turn replays every entry
+#[tokio::test]
+async fn a_genai_wrapper_gives_one_tool_response() {
+    let log = EffectLog::new();
+    let dispatcher = dispatcher(&log);
+    let conversation = Conversation::new("conv_d7_genai");
+    let response = response(json!([
+        tool_call("call_a", json!({"order": 7, "cents": 1250})),
+        wrapper_call(
+            "call_w",
+            json!({"tool_uses": [
+                {"recipient_name": "functions.send_refund", "parameters": {"order": 8, "cents": 300}},
+                {"recipient_name": "functions.send_refund", "parameters": {"order": 9, "cents": 400}},
+            ]})
+        ),
+    ]));
+    let results = dispatcher
+        .dispatch_genai(&response, &conversation)
+        .await
+        .unwrap();
+    assert_eq!(log.len(), 3);
+    let ids: Vec<&str> = results.reports().iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, ["call_a", "call_w:0", "call_w:1"]);
+    assert_eq!(results.len(), 2);
+    let wrapper = &results.tool_responses()[1];
+    assert_eq!(wrapper.call_id, "call_w");
+    assert_eq!(wrapper.fn_name.as_deref(), Some("multi_tool_use.parallel"));
+    let texts: Vec<String> = serde_json::from_str(&wrapper.content).unwrap();
+    assert_eq!(
+        texts,
+        [
+            r#"{"cents":300,"refund_id":"re_8"}"#,
+            r#"{"cents":400,"refund_id":"re_9"}"#
+        ]
+    );
+    let assistant = results.assistant_message().unwrap();
+    let names: Vec<&str> = assistant
+        .content
+        .tool_calls()
+        .iter()
+        .map(|c| c.fn_name.as_str())
+        .collect();
+    assert_eq!(names, ["send_refund", "multi_tool_use.parallel"]);
+
+    let again = dispatcher
+        .dispatch_genai(&response, &conversation)
+        .await
+        .unwrap();
+    assert_eq!(log.len(), 3, "each entry ran once");
+    let statuses: Vec<_> = again.reports().iter().map(|r| r.status()).collect();
+    assert_eq!(statuses, vec![Some(CallStatus::Replayed); 3]);
+    let content = |r: &idem_runtime::integrations::genai::GenaiToolResults| {
+        r.tool_responses()
+            .iter()
+            .map(|t| (t.call_id.clone(), t.content.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(content(&again), content(&results));
+    let next = again.append_to(ChatRequest::new(vec![ChatMessage::user("refund")]));
+    assert_eq!(next.messages.len(), 4);
+}
+
+// pins D7, D2, O6: a genai wrapper whose arguments are not `tool_uses` is one call with one
+// bad_arguments response naming the member; the other call still runs
+#[tokio::test]
+async fn a_malformed_genai_wrapper_is_one_bad_call() {
+    let log = EffectLog::new();
+    let response = response(json!([
+        wrapper_call(
+            "call_w",
+            json!({"tool_uses": [{"recipient_name": "functions.send_refund",
+            "parameters": "{\"order\": 8}"}]})
+        ),
+        tool_call("call_a", json!({"order": 7, "cents": 1250})),
+    ]));
+    let results = dispatcher(&log)
+        .dispatch_genai(&response, &Conversation::new("conv_d7_genai_bad"))
+        .await
+        .unwrap();
+    assert_eq!(log.len(), 1);
+    assert_eq!(results.reports().len(), 2);
+    let bad = &results.tool_responses()[0];
+    assert_eq!(
+        (bad.call_id.as_str(), bad.fn_name.as_deref()),
+        ("call_w", Some("multi_tool_use.parallel"))
+    );
+    let error: Value = serde_json::from_str(&bad.content).unwrap();
+    assert_eq!(error["error"]["kind"], "bad_arguments");
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(message.contains("`tool_uses[0].parameters`"), "{message}");
+    assert!(
+        message.contains("$.tool_calls[0].fn_arguments"),
+        "{message}"
+    );
+}

@@ -3,6 +3,7 @@
 //! ```text
 //! dispatch_turn:  join_all(calls)                                         (D4: concurrent)
 //! one call:       unknown tool / unusable arguments ──→ error result, no run    (D2)
+//!                 (a parallel wrapper's calls arrive unwrapped, one each       (D7))
 //!                 record = AttemptRecord::new(tool name)        (K9: one per call)
 //!                 attempt 1..=max: context(conversation, call id, record)
 //!                                  → transport → reply
@@ -24,11 +25,12 @@ use futures_util::future::join_all;
 use serde_json::Value;
 
 use crate::context::{AttemptRecord, CallContext};
+use crate::dispatch::parse::parallel;
 use crate::dispatch::results::marked_call_result;
 use crate::dispatch::retry::is_transient;
 use crate::dispatch::{
-    Attempt, CallReport, Conversation, FailureKind, InProcess, OwnRun, RetryPolicy, Tool, ToolCall,
-    ToolFailure, ToolReply, ToolRequest, Transport, Turn, TurnOutcome,
+    ArgumentError, Attempt, CallReport, Conversation, FailureKind, InProcess, OwnRun, RetryPolicy,
+    Tool, ToolCall, ToolFailure, ToolReply, ToolRequest, Transport, Turn, TurnOutcome,
 };
 use crate::engine::Engine;
 use crate::key::IdempotencyKey;
@@ -156,8 +158,8 @@ impl DispatcherBuilder {
     ///
     /// | Provider | marked | unchanged |
     /// | --- | --- | --- |
-    /// | OpenAI Chat | the tool message's `content` string | `role`, `tool_call_id` |
-    /// | OpenAI Responses | the `function_call_output`'s `output` string | `type`, `call_id` |
+    /// | OpenAI Chat | the tool message's `content` string (an entry of a parallel wrapper, D7: its own text part's `text`) | `role`, `tool_call_id` |
+    /// | OpenAI Responses | the `function_call_output`'s `output` string (an entry of a parallel wrapper, D7: its own `input_text` part's `text`) | `type`, `call_id` |
     /// | Anthropic | the `tool_result`'s `content` string | `tool_use_id`, `is_error` |
     /// | Gemini | `functionResponse.response`, a JSON object: an `idem` member beside its `result` (or `error`), so `{"idem":{…},"result":value}` | `name`, `id`; a failure stays under `error` |
     /// | MCP | `result.content[0].text` | `structuredContent` (it must match the tool's output schema), `isError`, the JSON-RPC `id` |
@@ -331,7 +333,21 @@ impl Dispatcher {
     }
 
     /// The tool and arguments of `call`, or the failure that keeps it from running (D2).
+    /// An unknown tool is reported before unusable arguments, except for an OpenAI
+    /// parallel wrapper that could not be unwrapped (D7): it names no tool, so its own
+    /// argument error is what the model needs to read.
     fn runnable<'a>(&'a self, call: &'a ToolCall) -> Result<(&'a Tool, &'a Value), ToolFailure> {
+        if let Err(error) = &call.arguments {
+            if matches!(error, ArgumentError::MalformedParallelWrapper { .. })
+                || parallel::is_wrapper_name(call.provider, &call.name)
+            {
+                return Err(ToolFailure::new(
+                    FailureKind::BadArguments,
+                    format!("`{}` ran none of its calls: {error}", call.name),
+                    false,
+                ));
+            }
+        }
         let Some(tool) = self.tools.get(&call.name) else {
             let mut known: Vec<&str> = self.tools.keys().map(String::as_str).collect();
             known.sort_unstable();

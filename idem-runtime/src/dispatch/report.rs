@@ -35,12 +35,15 @@ pub struct OwnRun {
 /// What happened to one call of a turn.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CallReport {
-    /// The provider's id of the call (synthesized for some Gemini calls).
+    /// The call's [`id`](crate::dispatch::ToolCall::id): the provider's, or synthesized
+    /// (some Gemini calls; `"<wrapper id>:<i>"` for an entry of an OpenAI parallel
+    /// wrapper, D7).
     pub id: String,
     /// The tool's name, as the model called it.
     pub tool: String,
     /// Every attempt, in order. Empty when the dispatcher did not attempt the call: an
-    /// unknown tool, or arguments that are not a JSON object (D2). Arguments that are an
+    /// unknown tool, arguments that are not a JSON object (D2), or an OpenAI parallel
+    /// wrapper whose arguments are not a list of tool uses (D7). Arguments that are an
     /// object but do not fit the tool's parameters are refused by the tool itself in the
     /// first attempt: one attempt, a `BadArguments` failure, not retried.
     pub attempts: Vec<Attempt>,
@@ -52,7 +55,9 @@ pub struct CallReport {
     /// else the key of the final reply's outcome; `None` when no attempt got as far as
     /// deriving one.
     pub key: Option<IdempotencyKey>,
-    /// The result in the provider's shape, matched to [`id`](Self::id) (D5).
+    /// The result in the provider's shape, matched to [`id`](Self::id) (D5); for an
+    /// entry of an OpenAI parallel wrapper, matched to the wrapper's id, as one text part
+    /// ([`call_result`](crate::dispatch::call_result), D7).
     pub result: Value,
     /// This call's own run, when one of its attempts ran the body (or reconciled), also
     /// when that attempt's reply was lost and a retry replayed it (D11). Read from what the
@@ -102,7 +107,9 @@ pub struct TurnOutcome {
 
 impl TurnOutcome {
     /// The message(s) to send back to the model, in the provider's shape (D5): see
-    /// [`turn_messages`](crate::dispatch::turn_messages).
+    /// [`turn_messages`](crate::dispatch::turn_messages). A parallel wrapper's calls get
+    /// one message (Chat) or item (Responses) under the wrapper's id (D7), so there may be
+    /// fewer messages than [`calls`](Self::calls).
     pub fn messages(&self) -> Vec<Value> {
         turn_messages(
             self.provider,

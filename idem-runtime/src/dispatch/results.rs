@@ -20,9 +20,21 @@
 //! | Gemini | `{"functionResponse":{"name","id"?,"response":{"result" or "error"}}}` | one `user` content holding every part |
 //! | MCP | JSON-RPC response `{"jsonrpc":"2.0","id","result":{"content":[{"type":"text","text"}],"structuredContent"?,"isError"}}` | one response per call |
 //!
+//! The calls of an OpenAI parallel wrapper (`multi_tool_use.parallel`, D7; see
+//! [`ToolCall::wrapped_in`]) answer under the wrapper's id, each as one text part, and
+//! [`turn_messages`] merges a wrapper's parts, in entry order, into the one result the
+//! wrapper call gets. Each part's text is what the entry's result would be alone (D5),
+//! replay marker included (D6):
+//!
+//! | Provider | one wrapped call ([`call_result`]) | one wrapper ([`turn_messages`]) |
+//! | --- | --- | --- |
+//! | OpenAI Chat | `{"role":"tool","tool_call_id":"<wrapper id>","content":[{"type":"text","text":"<json>"}]}` | one message: `"content":[{"type":"text","text"}, …]`, a part per entry |
+//! | OpenAI Responses | `{"type":"function_call_output","call_id":"<wrapper id>","output":[{"type":"input_text","text":"<json>"}]}` | one item: `"output":[{"type":"input_text","text"}, …]`, a part per entry |
+//!
 //! Sources: OpenAI API reference (Chat `ChatCompletionToolMessageParam`: `tool_call_id`,
-//! string `content`; Responses `function_call_output` input item: `call_id`, `output` "a
-//! JSON string of the output"); Anthropic tool-use guide (`tool_result` blocks in a `user`
+//! string `content` or an array of `text` content parts; Responses `function_call_output`
+//! input item: `call_id`, `output` "a JSON string of the output" or a list of
+//! `input_text` content items); Anthropic tool-use guide (`tool_result` blocks in a `user`
 //! message, `is_error`; results of parallel calls go in one message); Gemini API reference
 //! (`FunctionResponse`: `name`; `id` "populated by the client to match the corresponding
 //! function call id", so only when the call had one; `response` a JSON object in which
@@ -43,7 +55,9 @@ use crate::outcome::{CallRecord, CallStatus};
 pub const JSONRPC_INVALID_PARAMS: i64 = -32602;
 
 /// The provider-shaped result of one call, for `call.provider` (see the
-/// [module documentation](self) for each shape).
+/// [module documentation](self) for each shape). A call unwrapped from an OpenAI parallel
+/// wrapper ([`ToolCall::wrapped_in`], D7) gets the wrapper's id and a one-part content
+/// list, which [`turn_messages`] merges with its siblings'.
 ///
 /// For MCP, an unknown tool and arguments that are not a JSON object (a request that
 /// fails the `CallToolRequest` schema) are JSON-RPC errors with code
@@ -80,6 +94,23 @@ pub(crate) fn marked_call_result(
 }
 
 fn shaped(call: &ToolCall, result: &Result<Value, ToolFailure>, marker: Option<Marker>) -> Value {
+    match (call.provider, &call.wrapped_in) {
+        (Provider::OpenAiChat, Some(wrapper)) => json!({
+            "role": "tool",
+            "tool_call_id": wrapper.id,
+            "content": [{"type": "text", "text": text(result, marker)}],
+        }),
+        (Provider::OpenAiResponses, Some(wrapper)) => json!({
+            "type": "function_call_output",
+            "call_id": wrapper.id,
+            "output": [{"type": "input_text", "text": text(result, marker)}],
+        }),
+        _ => plain(call, result, marker),
+    }
+}
+
+/// [`shaped`] for a call answered under its own id.
+fn plain(call: &ToolCall, result: &Result<Value, ToolFailure>, marker: Option<Marker>) -> Value {
     match call.provider {
         Provider::OpenAiChat => json!({
             "role": "tool",
@@ -149,15 +180,62 @@ impl Marker {
 /// MCP responses as they are; Anthropic blocks inside one `{"role":"user","content":[…]}`
 /// message; Gemini parts inside one `{"role":"user","parts":[…]}` content. No pieces, no
 /// messages.
+///
+/// OpenAI Chat and Responses pieces that follow one another with the same id
+/// (`tool_call_id`, `call_id`) and a list of parts as content (`content`, `output`) are
+/// the calls of one parallel wrapper (D7): they become one message or item under that
+/// id, whose list holds their parts in order.
+///
+/// ```
+/// # extern crate idem_runtime as idem_agent;
+/// use idem_agent::dispatch::{call_result, parse_turns, turn_messages, Provider};
+/// use serde_json::json;
+/// let turns = parse_turns(&json!({"role": "assistant", "tool_calls": [{"id": "call_w", "type": "function",
+///     "function": {"name": "multi_tool_use.parallel", "arguments": r#"{"tool_uses": [
+///         {"recipient_name": "functions.get_weather", "parameters": {"city": "Oslo"}},
+///         {"recipient_name": "functions.get_weather", "parameters": {"city": "Bergen"}}]}"#}}]}))?;
+/// let calls = &turns[0].calls;
+/// assert_eq!((calls[0].id.as_str(), calls[1].id.as_str()), ("call_w:0", "call_w:1"));
+/// let pieces = vec![call_result(&calls[0], &Ok(json!("sunny"))), call_result(&calls[1], &Ok(json!("rain")))];
+/// assert_eq!(turn_messages(Provider::OpenAiChat, pieces), [json!({"role": "tool", "tool_call_id": "call_w",
+///     "content": [{"type": "text", "text": "sunny"}, {"type": "text", "text": "rain"}]})]);
+/// # Ok::<(), idem_agent::dispatch::ParseError>(())
+/// ```
 pub fn turn_messages(provider: Provider, results: Vec<Value>) -> Vec<Value> {
     if results.is_empty() {
         return results;
     }
     match provider {
-        Provider::OpenAiChat | Provider::OpenAiResponses | Provider::Mcp => results,
+        Provider::OpenAiChat => merge_wrapped(results, "tool_call_id", "content"),
+        Provider::OpenAiResponses => merge_wrapped(results, "call_id", "output"),
+        Provider::Mcp => results,
         Provider::Anthropic => vec![json!({"role": "user", "content": results})],
         Provider::Gemini => vec![json!({"role": "user", "parts": results})],
     }
+}
+
+/// `pieces` with each run of consecutive pieces that share the string member `id` and
+/// hold an array under `parts` merged into the first of the run, parts in order (D7).
+fn merge_wrapped(pieces: Vec<Value>, id: &str, parts: &str) -> Vec<Value> {
+    let mut merged: Vec<Value> = Vec::with_capacity(pieces.len());
+    for mut piece in pieces {
+        if let Some(previous) = merged.last_mut() {
+            let same_id = matches!(
+                (previous.get(id), piece.get(id)),
+                (Some(Value::String(a)), Some(Value::String(b))) if a == b
+            );
+            if same_id {
+                if let (Some(Value::Array(into)), Some(Value::Array(more))) =
+                    (previous.get_mut(parts), piece.get_mut(parts))
+                {
+                    into.append(more);
+                    continue;
+                }
+            }
+        }
+        merged.push(piece);
+    }
+    merged
 }
 
 /// The JSON object a failure is reported as: `{"kind","message","retryable"}`, plus

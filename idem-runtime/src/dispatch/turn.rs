@@ -80,7 +80,9 @@ pub struct ToolCall {
     pub turn_id: Option<String>,
     /// Set when the call was one entry of an OpenAI parallel wrapper
     /// (`multi_tool_use.parallel`, D7): which wrapper, and where in it. Its result goes
-    /// back under the wrapper's id, merged with its siblings' (D5).
+    /// back under the wrapper's id, as one text part of the wrapper's single result,
+    /// merged with its siblings' in order by [`turn_messages`](crate::dispatch::turn_messages)
+    /// (D5). The parsers set it; `None` for every other call.
     pub wrapped_in: Option<ParallelWrapper>,
 }
 

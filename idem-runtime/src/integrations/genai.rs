@@ -18,6 +18,13 @@
 //! response is dispatched again. Conversation-scoped tools (the default) are not affected,
 //! and the `ToolResponse` carries genai's id either way.
 //!
+//! A call named `multi_tool_use.parallel` (an OpenAI parallel wrapper, D7) is run as the
+//! calls its `tool_uses` hold, each with its own [`CallReport`], and answered by one
+//! `ToolResponse` under the wrapper's `call_id` and name. A `ToolResponse`'s content is
+//! one string, so a wrapper's content is the JSON text of the array of its entries'
+//! texts, in order (`["sunny in Oslo","{\"error\":{…}}"]`), each the text the entry's
+//! own `ToolResponse` would have.
+//!
 //! ```
 //! # extern crate idem_runtime as idem_agent;
 //! # use genai::chat::{ChatResponse, MessageContent, ToolCall};
@@ -68,8 +75,11 @@ use ::genai::chat::{ChatMessage, ChatRequest, ChatResponse, ToolCall, ToolRespon
 use serde_json::Value;
 
 use crate::dispatch::parse::arguments::{object_member, parse_text};
+use crate::dispatch::parse::parallel;
 use crate::dispatch::parse::path::JsonPath;
-use crate::dispatch::{CallReport, Conversation, Dispatcher, Provider, Turn, TurnOutcome};
+use crate::dispatch::{
+    turn_messages, CallReport, Conversation, Dispatcher, Provider, Turn, TurnOutcome,
+};
 
 /// Why a genai response could not be dispatched, or its results not be written as genai
 /// types (contract O8).
@@ -125,7 +135,9 @@ impl GenaiToolResults {
 
     /// One [`ToolResponse`] per call, in call order: the call's `call_id`, the tool's
     /// name, and its result as text (D5: a string value as itself, any other value as its
-    /// JSON text, a failure as `{"error":{"kind","message","retryable",…}}`).
+    /// JSON text, a failure as `{"error":{"kind","message","retryable",…}}`). A parallel
+    /// wrapper's response has the wrapper's `call_id` and name, and as content the JSON
+    /// text of the array of its entries' texts, in order (D7).
     pub fn tool_responses(&self) -> &[ToolResponse] {
         &self.responses
     }
@@ -146,7 +158,9 @@ impl GenaiToolResults {
     }
 
     /// One report per call, in call order: attempts, final reply, key, and executed or
-    /// replayed ([`CallReport::status`]).
+    /// replayed ([`CallReport::status`]). A parallel wrapper has one report per entry
+    /// (ids `"<wrapper call_id>:<i>"`, D7), so there may be more reports than
+    /// [`tool_responses`](Self::tool_responses).
     pub fn reports(&self) -> &[CallReport] {
         &self.outcome.calls
     }
@@ -157,7 +171,8 @@ impl GenaiToolResults {
         &self.outcome
     }
 
-    /// How many tool calls there were.
+    /// How many tool calls there were (a parallel wrapper counts once, as it has one
+    /// tool response): the number of [`tool_responses`](Self::tool_responses).
     pub fn len(&self) -> usize {
         self.responses.len()
     }
@@ -233,14 +248,15 @@ impl Dispatcher {
         calls: Vec<&ToolCall>,
         conversation: &Conversation,
     ) -> Result<(Vec<ToolResponse>, TurnOutcome), GenaiDispatchError> {
-        let turn = genai_turn(&calls, &random_label())?;
+        let (turn, counts) = genai_turn(&calls, &random_label())?;
         let outcome = self.dispatch_turn(&turn, conversation).await;
-        let responses = outcome
-            .calls
-            .iter()
-            .zip(&calls)
-            .map(|(report, call)| tool_response(report, &call.call_id))
-            .collect::<Result<_, _>>()?;
+        let mut responses = Vec::with_capacity(calls.len());
+        let mut reports = outcome.calls.as_slice();
+        for (call, count) in calls.iter().zip(counts) {
+            let (own, rest) = reports.split_at(count.min(reports.len()));
+            reports = rest;
+            responses.push(tool_response(own, call)?);
+        }
         Ok((responses, outcome))
     }
 }
@@ -262,14 +278,16 @@ fn is_genai_stand_in(call_id: &str, fn_name: &str) -> bool {
         .is_some_and(|index| !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit()))
 }
 
-/// The calls as one turn. Results take OpenAI Chat's shape (`tool_call_id`, text
-/// `content`), which is what a `ToolResponse` holds. A call whose id is genai's stand-in
-/// for a Gemini call without one gets the id `<label>:<stand-in>`, marked synthesized, as
-/// the Gemini parser labels positional ids per response: two responses' calls never share
-/// a `scope = "call"` key (K7, K9). The `ToolResponse` still carries genai's id.
-fn genai_turn(calls: &[&ToolCall], label: &str) -> Result<Turn, GenaiDispatchError> {
+/// The calls as one turn, and how many of the turn's calls each genai call became (one,
+/// or a parallel wrapper's entries, D7). Results take OpenAI Chat's shape
+/// (`tool_call_id`, text `content`), which is what a `ToolResponse` holds. A call whose
+/// id is genai's stand-in for a Gemini call without one gets the id `<label>:<stand-in>`,
+/// marked synthesized, as the Gemini parser labels positional ids per response: two
+/// responses' calls never share a `scope = "call"` key (K7, K9). The `ToolResponse` still
+/// carries genai's id.
+fn genai_turn(calls: &[&ToolCall], label: &str) -> Result<(Turn, Vec<usize>), GenaiDispatchError> {
     let calls_path = JsonPath::root().key("tool_calls");
-    let calls = calls
+    let read = calls
         .iter()
         .enumerate()
         .map(|(i, call)| {
@@ -286,7 +304,7 @@ fn genai_turn(calls: &[&ToolCall], label: &str) -> Result<Turn, GenaiDispatchErr
                 other => object_member(Some(other), &arguments_path, true),
             };
             let stand_in = is_genai_stand_in(&call.call_id, &call.fn_name);
-            Ok(crate::dispatch::ToolCall {
+            let tool_call = crate::dispatch::ToolCall {
                 provider: Provider::OpenAiChat,
                 id: if stand_in {
                     format!("{label}:{}", call.call_id)
@@ -299,26 +317,52 @@ fn genai_turn(calls: &[&ToolCall], label: &str) -> Result<Turn, GenaiDispatchErr
                 request_id: None,
                 turn_id: None,
                 wrapped_in: None,
-            })
+            };
+            Ok(parallel::unwrap(tool_call, &arguments_path))
         })
-        .collect::<Result<_, _>>()?;
-    Ok(Turn {
+        .collect::<Result<Vec<_>, _>>()?;
+    let counts = read.iter().map(Vec::len).collect();
+    let turn = Turn {
         provider: Provider::OpenAiChat,
         index: 0,
-        calls,
-    })
+        calls: read.into_iter().flatten().collect(),
+    };
+    Ok((turn, counts))
 }
 
-/// The call's D5 result (`{"role":"tool","tool_call_id","content"}`) as a `ToolResponse`
-/// carrying the tool's name (Gemini matches responses by name).
-fn tool_response(report: &CallReport, call_id: &str) -> Result<ToolResponse, GenaiDispatchError> {
-    match report.result.get("content").and_then(Value::as_str) {
+/// The D5 result of `call` (`{"role":"tool","tool_call_id","content"}`, from the reports
+/// of the turn's calls it became) as a `ToolResponse` under genai's `call_id`, carrying
+/// the call's name (Gemini matches responses by name). A parallel wrapper's reports
+/// merge into one message whose content is a list of text parts (D7); its content here is
+/// the JSON text of the array of their texts.
+fn tool_response(
+    reports: &[CallReport],
+    call: &ToolCall,
+) -> Result<ToolResponse, GenaiDispatchError> {
+    let pieces = reports.iter().map(|report| report.result.clone()).collect();
+    let merged = turn_messages(Provider::OpenAiChat, pieces);
+    let content = match merged.as_slice() {
+        [message] => match message.get("content") {
+            Some(Value::String(text)) => Some(text.clone()),
+            Some(Value::Array(parts)) => parts
+                .iter()
+                .map(|part| part.get("text").and_then(Value::as_str))
+                .collect::<Option<Vec<_>>>()
+                .map(|texts| Value::from(texts).to_string()),
+            _ => None,
+        },
+        _ => None,
+    };
+    match content {
         Some(content) => {
-            Ok(ToolResponse::new(call_id.to_owned(), content).with_fn_name(report.tool.clone()))
+            Ok(ToolResponse::new(call.call_id.clone(), content).with_fn_name(call.fn_name.clone()))
         }
         None => Err(GenaiDispatchError::ResultConversion {
-            call_id: call_id.to_owned(),
-            result: report.result.to_string(),
+            call_id: call.call_id.clone(),
+            result: match merged.as_slice() {
+                [message] => message.to_string(),
+                _ => Value::from(merged).to_string(),
+            },
         }),
     }
 }

@@ -101,4 +101,24 @@ pub enum ArgumentError {
         /// Their JSON type.
         found: &'static str,
     },
+
+    /// The call is an OpenAI parallel wrapper (`multi_tool_use.parallel`, or a Responses
+    /// `parallel` call with a `tool_uses` member, contract D7) whose arguments are a JSON
+    /// object but not `{"tool_uses":[{"recipient_name":"functions.NAME","parameters":{…}},
+    /// …]}`. The wrapper stays one call with this error and runs none of its entries; the
+    /// other calls of the message still run (D2).
+    #[error("the parallel wrapper's arguments at {path} are not a list of tool uses: expected {expected} at `{member}`, found {found}")]
+    MalformedParallelWrapper {
+        /// Where the wrapper's arguments are in the document.
+        path: String,
+        /// The offending member, as a path inside the arguments: `tool_uses`,
+        /// `tool_uses[1]`, `tool_uses[0].recipient_name`, `tool_uses[2].parameters`.
+        member: String,
+        /// What belongs there: a non-empty array of tool uses, a tool use object, the
+        /// tool's name (a string), the tool's arguments (an object).
+        expected: &'static str,
+        /// What was found: `nothing`, or a short description of the value (its type, and
+        /// for an object its first member names).
+        found: String,
+    },
 }

@@ -15,7 +15,10 @@
 //! The output is one [`Turn`] per assistant message, each with its
 //! [`ToolCall`](crate::dispatch::ToolCall)s. Each call carries its turn's identity where the
 //! document has one (D10): the response's id, else its position in an array or history
-//! ([`ToolCall::turn_id`](crate::dispatch::ToolCall::turn_id)). A call whose arguments are unusable keeps an
+//! ([`ToolCall::turn_id`](crate::dispatch::ToolCall::turn_id)). An OpenAI parallel wrapper
+//! (`multi_tool_use.parallel`, D7) is unwrapped wherever OpenAI calls are read: each of its
+//! `tool_uses` becomes its own call, `"<wrapper id>:<i>"`, at the wrapper's place (see
+//! [`ToolCall::wrapped_in`](crate::dispatch::ToolCall::wrapped_in)). A call whose arguments are unusable keeps an
 //! [`ArgumentError`] (D2: it alone gets an error result); a document that cannot be read
 //! at all is a [`ParseError`] naming the path and what was expected there. No input
 //! panics.
@@ -40,6 +43,7 @@ mod gemini;
 mod mcp;
 mod openai_chat;
 mod openai_responses;
+pub(crate) mod parallel;
 pub(crate) mod path;
 mod read;
 

@@ -5,11 +5,15 @@
 //! "arguments"}}`, where `arguments` is a JSON *string* (OpenAI API reference,
 //! `ChatCompletionMessageToolCall`). Messages of other roles (`user`, `tool`, `system`, …)
 //! are not model turns and yield none, so a whole `messages` history can be passed.
+//!
+//! A call named `multi_tool_use.parallel` is a parallel wrapper (D7): its `tool_uses`
+//! become calls of their own, `"<id>:<i>"`, in its place (see the `parallel` module).
 
 use serde_json::{Map, Value};
 
 use super::arguments::json_string_member;
 use super::error::ParseError;
+use super::parallel;
 use super::path::JsonPath;
 use super::read::{identify_by_member, role, Reader};
 use crate::dispatch::{Provider, ToolCall, Turn};
@@ -70,11 +74,10 @@ fn message_turn(
         .optional_array(message, "tool_calls", path, "an array of tool calls")?
         .unwrap_or_default();
     let calls_path = path.key("tool_calls");
-    let calls = items
-        .iter()
-        .enumerate()
-        .map(|(i, item)| tool_call(item, &calls_path.index(i)))
-        .collect::<Result<_, _>>()?;
+    let mut calls = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        calls.extend(tool_call(item, &calls_path.index(i))?);
+    }
     Ok(vec![Turn {
         provider: Provider::OpenAiChat,
         index,
@@ -82,7 +85,8 @@ fn message_turn(
     }])
 }
 
-fn tool_call(item: &Value, path: &JsonPath) -> Result<ToolCall, ParseError> {
+/// The call of one `tool_calls[]` element at `path`; a parallel wrapper's calls (D7).
+fn tool_call(item: &Value, path: &JsonPath) -> Result<Vec<ToolCall>, ParseError> {
     let item = READER.object(item, path, "a tool call object")?;
     if let Some(kind) = item.get("type") {
         if kind.as_str() != Some("function") {
@@ -105,8 +109,9 @@ fn tool_call(item: &Value, path: &JsonPath) -> Result<ToolCall, ParseError> {
         &function_path,
         "the function's name (a string)",
     )?;
-    let arguments = json_string_member(function.get("arguments"), &function_path.key("arguments"));
-    Ok(ToolCall {
+    let arguments_path = function_path.key("arguments");
+    let arguments = json_string_member(function.get("arguments"), &arguments_path);
+    let call = ToolCall {
         provider: Provider::OpenAiChat,
         id: id.to_owned(),
         id_synthesized: false,
@@ -115,5 +120,6 @@ fn tool_call(item: &Value, path: &JsonPath) -> Result<ToolCall, ParseError> {
         request_id: None,
         turn_id: None,
         wrapped_in: None,
-    })
+    };
+    Ok(parallel::unwrap(call, &arguments_path))
 }

@@ -8,11 +8,17 @@
 //!
 //! In a list of items (an `input` history), a turn is a run of model output items; an
 //! input item (`function_call_output`, a `user` message, …) ends it.
+//!
+//! A `function_call` named `multi_tool_use.parallel`, or named `parallel` with a
+//! `tool_uses` member in its arguments, is a parallel wrapper (D7): its `tool_uses` become
+//! calls of their own, `"<call_id>:<i>"`, in its place (see the `parallel` module). A
+//! `parallel` call without `tool_uses` is an ordinary call to a tool of that name.
 
 use serde_json::{Map, Value};
 
 use super::arguments::json_string_member;
 use super::error::ParseError;
+use super::parallel;
 use super::path::JsonPath;
 use super::read::{identify_by_member, role, Reader};
 use crate::dispatch::{Provider, ToolCall, Turn};
@@ -47,7 +53,7 @@ pub(crate) fn turns(
         return Ok(vec![Turn {
             provider: Provider::OpenAiResponses,
             index,
-            calls: vec![function_call(object, path)?],
+            calls: function_call(object, path)?,
         }]);
     }
     let output = READER.array(object, "output", path, "an array of output items")?;
@@ -103,16 +109,18 @@ fn is_input_item(object: &Map<String, Value>) -> bool {
     }
 }
 
-fn item_call(item: &Value, path: &JsonPath) -> Result<Option<ToolCall>, ParseError> {
+/// The calls of one output item at `path`: none for items that carry no call for us, one
+/// for a `function_call`, a parallel wrapper's calls (D7).
+fn item_call(item: &Value, path: &JsonPath) -> Result<Vec<ToolCall>, ParseError> {
     let object = READER.object(item, path, "an output item object")?;
     match object.get("type").and_then(Value::as_str) {
-        Some("function_call") => function_call(object, path).map(Some),
+        Some("function_call") => function_call(object, path),
         Some("custom_tool_call") => Err(READER.malformed(
             &path.key("type"),
             "a `function_call` item (custom tools with free-form input are not dispatched)",
             object.get("type"),
         )),
-        Some(_) => Ok(None),
+        Some(_) => Ok(Vec::new()),
         // An item without a `type` is a plain message; one that carries another format's
         // calls means the list mixes formats, and those calls would be lost.
         None if carries_other_calls(object) => Err(READER.malformed(
@@ -120,7 +128,7 @@ fn item_call(item: &Value, path: &JsonPath) -> Result<Option<ToolCall>, ParseErr
             "a Responses item (this list mixes formats: pass each provider's messages separately)",
             Some(item),
         )),
-        None => Ok(None),
+        None => Ok(Vec::new()),
     }
 }
 
@@ -140,7 +148,11 @@ fn carries_other_calls(object: &Map<String, Value>) -> bool {
         || anthropic_blocks
 }
 
-fn function_call(object: &Map<String, Value>, path: &JsonPath) -> Result<ToolCall, ParseError> {
+/// The call of a `function_call` item at `path`; a parallel wrapper's calls (D7).
+fn function_call(
+    object: &Map<String, Value>,
+    path: &JsonPath,
+) -> Result<Vec<ToolCall>, ParseError> {
     let call_id = READER.id(
         object,
         "call_id",
@@ -148,14 +160,16 @@ fn function_call(object: &Map<String, Value>, path: &JsonPath) -> Result<ToolCal
         "the call's `call_id` (a non-empty string)",
     )?;
     let name = READER.string(object, "name", path, "the function's name (a string)")?;
-    Ok(ToolCall {
+    let arguments_path = path.key("arguments");
+    let call = ToolCall {
         provider: Provider::OpenAiResponses,
         id: call_id.to_owned(),
         id_synthesized: false,
         name: name.to_owned(),
-        arguments: json_string_member(object.get("arguments"), &path.key("arguments")),
+        arguments: json_string_member(object.get("arguments"), &arguments_path),
         request_id: None,
         turn_id: None,
         wrapped_in: None,
-    })
+    };
+    Ok(parallel::unwrap(call, &arguments_path))
 }

@@ -7,9 +7,11 @@ use ::async_openai::types::chat::{
     CreateChatCompletionResponse,
 };
 use serde::Deserialize;
+use serde_json::Value;
 
 use super::OpenAiDispatchError;
 use crate::dispatch::parse::arguments::parse_text;
+use crate::dispatch::parse::parallel;
 use crate::dispatch::parse::path::JsonPath;
 use crate::dispatch::{
     CallReport, Conversation, Dispatcher, Provider, ToolCall, Turn, TurnOutcome,
@@ -21,6 +23,11 @@ use crate::dispatch::{
 /// The next request's `messages` are the history so far, then
 /// [`assistant_message`](Self::assistant_message), then [`messages`](Self::messages) (one
 /// tool message per call, in call order); [`append_to`](Self::append_to) pushes both.
+///
+/// A `multi_tool_use.parallel` call (an OpenAI parallel wrapper, D7) is run as its
+/// `tool_uses`, each a call of its own with a [`CallReport`], and answered by one tool
+/// message under the wrapper's id whose content is a list of text parts, one per entry
+/// in order. The assistant message keeps the wrapper call as the model sent it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChatToolResults {
     assistant: ChatCompletionRequestAssistantMessage,
@@ -35,10 +42,13 @@ impl ChatToolResults {
         &self.assistant
     }
 
-    /// The tool messages: one [`ChatCompletionRequestMessage::Tool`] per call, in call
-    /// order, each with the call's `tool_call_id` and its result as text (D5: a string
-    /// value as itself, any other value as its JSON text, a failure as
-    /// `{"error":{"kind","message","retryable",…}}`).
+    /// The tool messages: one [`ChatCompletionRequestMessage::Tool`] per call of the
+    /// model's message, in call order, each with the call's `tool_call_id` and its result
+    /// as text (D5: a string value as itself, any other value as its JSON text, a failure
+    /// as `{"error":{"kind","message","retryable",…}}`). A parallel wrapper's message has
+    /// the wrapper's `tool_call_id` and
+    /// [`ChatCompletionRequestToolMessageContent::Array`](::async_openai::types::chat::ChatCompletionRequestToolMessageContent::Array)
+    /// content: one text part per entry, in order, each that entry's text (D7).
     pub fn messages(&self) -> &[ChatCompletionRequestMessage] {
         &self.messages
     }
@@ -58,7 +68,9 @@ impl ChatToolResults {
     }
 
     /// One report per call, in call order: attempts, final reply, key, and executed or
-    /// replayed ([`CallReport::status`]).
+    /// replayed ([`CallReport::status`]). A parallel wrapper has one report per entry
+    /// (ids `"<wrapper id>:<i>"`, D7), so there may be more reports than
+    /// [`messages`](Self::messages).
     pub fn reports(&self) -> &[CallReport] {
         &self.outcome.calls
     }
@@ -69,7 +81,8 @@ impl ChatToolResults {
         &self.outcome
     }
 
-    /// How many tool calls the message had.
+    /// How many tool calls the message had (a parallel wrapper counts once, as it has
+    /// one tool message): the number of [`messages`](Self::messages).
     pub fn len(&self) -> usize {
         self.messages.len()
     }
@@ -190,7 +203,7 @@ impl Dispatcher {
         let turn = chat_turn(message, path)?;
         let outcome = self.dispatch_turn(&turn, conversation).await;
         let messages = outcome
-            .calls
+            .messages()
             .iter()
             .map(tool_message)
             .collect::<Result<_, _>>()?;
@@ -214,13 +227,10 @@ fn chat_turn(
         });
     }
     let calls_path = path.key("tool_calls");
-    let calls = message
-        .tool_calls
-        .iter()
-        .flatten()
-        .enumerate()
-        .map(|(i, call)| chat_call(call, &calls_path.index(i)))
-        .collect::<Result<_, _>>()?;
+    let mut calls = Vec::new();
+    for (i, call) in message.tool_calls.iter().flatten().enumerate() {
+        calls.extend(chat_call(call, &calls_path.index(i))?);
+    }
     Ok(Turn {
         provider: Provider::OpenAiChat,
         index: 0,
@@ -228,10 +238,11 @@ fn chat_turn(
     })
 }
 
+/// The call at `path`; a parallel wrapper's calls (D7).
 fn chat_call(
     call: &ChatCompletionMessageToolCalls,
     path: &JsonPath,
-) -> Result<ToolCall, OpenAiDispatchError> {
+) -> Result<Vec<ToolCall>, OpenAiDispatchError> {
     let call = match call {
         ChatCompletionMessageToolCalls::Function(call) => call,
         ChatCompletionMessageToolCalls::Custom(custom) => {
@@ -248,7 +259,7 @@ fn chat_call(
         });
     }
     let arguments_path = path.key("function").key("arguments");
-    Ok(ToolCall {
+    let tool_call = ToolCall {
         provider: Provider::OpenAiChat,
         id: call.id.clone(),
         id_synthesized: false,
@@ -257,15 +268,21 @@ fn chat_call(
         request_id: None,
         turn_id: None,
         wrapped_in: None,
-    })
+    };
+    Ok(parallel::unwrap(tool_call, &arguments_path))
 }
 
-/// The call's D5 result (`{"role":"tool","tool_call_id","content"}`) as a request message.
-fn tool_message(report: &CallReport) -> Result<ChatCompletionRequestMessage, OpenAiDispatchError> {
-    ChatCompletionRequestToolMessage::deserialize(&report.result)
+/// One D5 tool message (`{"role":"tool","tool_call_id","content"}`, the content a string
+/// or, for a parallel wrapper, a list of text parts) as a request message.
+fn tool_message(message: &Value) -> Result<ChatCompletionRequestMessage, OpenAiDispatchError> {
+    ChatCompletionRequestToolMessage::deserialize(message)
         .map(ChatCompletionRequestMessage::Tool)
         .map_err(|e| OpenAiDispatchError::ResultConversion {
-            call_id: report.id.clone(),
+            call_id: message
+                .get("tool_call_id")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
             target: "ChatCompletionRequestToolMessage",
             message: e.to_string(),
         })

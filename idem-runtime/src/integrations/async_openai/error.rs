@@ -6,7 +6,8 @@
 /// Every variant but [`ResultConversion`](Self::ResultConversion) is returned before any
 /// call runs, for the same documents the JSON parser refuses
 /// ([`ParseError`](crate::dispatch::ParseError), D1). Problems with one call's
-/// *arguments* (not JSON, not an object, a member named twice) are not errors here: that
+/// *arguments* (not JSON, not an object, a member named twice, a parallel wrapper's
+/// arguments that are not a list of tool uses, D7) are not errors here: that
 /// call gets a `bad_arguments` result message and does not run, and the other calls of
 /// the message still run (D2). Paths are JSONPath-like, into the response as OpenAI sends
 /// it: `$.choices[0].message.tool_calls[1].id`, `$.output[2].call_id`.
@@ -67,7 +68,7 @@ pub enum OpenAiDispatchError {
         "the result of call `{call_id}` cannot be read as async-openai's `{target}`: {message}"
     )]
     ResultConversion {
-        /// The call's id.
+        /// The id the result answers: the call's, or a parallel wrapper's (D7).
         call_id: String,
         /// The async-openai type: `ChatCompletionRequestToolMessage` or
         /// `FunctionCallOutputItemParam`.

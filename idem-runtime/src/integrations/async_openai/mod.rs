@@ -13,6 +13,8 @@
 //! each retry carrying its call's key, under a [`Conversation`] (D2–D4). Each result also
 //! has its [`CallReport`](crate::dispatch::CallReport): attempts, key, executed or replayed.
 //! A retried turn (the same response dispatched again) replays every call's saved outcome.
+//! An OpenAI parallel wrapper (`multi_tool_use.parallel`) is run as the calls it holds and
+//! answered by one tool message or `function_call_output` under its id (D7).
 //!
 //! Only the types are needed (`default-features = false, features =
 //! ["chat-completion-types", "response-types"]`); the HTTP client is the application's.

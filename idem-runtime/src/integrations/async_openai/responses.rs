@@ -4,9 +4,11 @@ use ::async_openai::types::responses::{
     FunctionCallOutputItemParam, InputItem, Item, OutputItem, Response,
 };
 use serde::Deserialize;
+use serde_json::Value;
 
 use super::OpenAiDispatchError;
 use crate::dispatch::parse::arguments::parse_text;
+use crate::dispatch::parse::parallel;
 use crate::dispatch::parse::path::JsonPath;
 use crate::dispatch::{
     CallReport, Conversation, Dispatcher, Provider, ToolCall, Turn, TurnOutcome,
@@ -22,6 +24,12 @@ use crate::dispatch::{
 /// it (`store: false`, context managed by hand), the next input is the history so far,
 /// then the response's output items (`InputItem::from(output_item)`: reasoning items must
 /// be echoed with the calls they preceded), then these items.
+///
+/// A `function_call` named `multi_tool_use.parallel`, or `parallel` with a `tool_uses`
+/// member (an OpenAI parallel wrapper, D7), is run as its `tool_uses`, each a call of its
+/// own with a [`CallReport`], and answered by one `function_call_output` under the
+/// wrapper's `call_id` whose `output` is a list of `input_text` parts, one per entry in
+/// order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResponseToolResults {
     items: Vec<InputItem>,
@@ -29,9 +37,13 @@ pub struct ResponseToolResults {
 }
 
 impl ResponseToolResults {
-    /// The `function_call_output` input items, one per call, in call order. Each `output`
-    /// is the call's result as text (D5: a string value as itself, any other value as its
-    /// JSON text, a failure as `{"error":{"kind","message","retryable",…}}`).
+    /// The `function_call_output` input items, one per `function_call` item, in call
+    /// order. Each `output` is the call's result as text (D5: a string value as itself,
+    /// any other value as its JSON text, a failure as
+    /// `{"error":{"kind","message","retryable",…}}`). A parallel wrapper's item has the
+    /// wrapper's `call_id` and
+    /// [`FunctionCallOutput::Content`](::async_openai::types::responses::FunctionCallOutput::Content)
+    /// output: one `input_text` part per entry, in order, each that entry's text (D7).
     pub fn items(&self) -> &[InputItem] {
         &self.items
     }
@@ -42,7 +54,9 @@ impl ResponseToolResults {
     }
 
     /// One report per call, in call order: attempts, final reply, key, and executed or
-    /// replayed ([`CallReport::status`]).
+    /// replayed ([`CallReport::status`]). A parallel wrapper has one report per entry
+    /// (ids `"<wrapper call_id>:<i>"`, D7), so there may be more reports than
+    /// [`items`](Self::items).
     pub fn reports(&self) -> &[CallReport] {
         &self.outcome.calls
     }
@@ -53,7 +67,8 @@ impl ResponseToolResults {
         &self.outcome
     }
 
-    /// How many function calls the response had.
+    /// How many function calls the response had (a parallel wrapper counts once, as it
+    /// has one item): the number of [`items`](Self::items).
     pub fn len(&self) -> usize {
         self.items.len()
     }
@@ -123,7 +138,7 @@ impl Dispatcher {
         let turn = responses_turn(output, path)?;
         let outcome = self.dispatch_turn(&turn, conversation).await;
         let items = outcome
-            .calls
+            .messages()
             .iter()
             .map(output_item)
             .collect::<Result<_, _>>()?;
@@ -143,16 +158,18 @@ fn responses_turn(output: &[OutputItem], path: &JsonPath) -> Result<Turn, OpenAi
                         path: item_path.key("call_id").into_string(),
                     });
                 }
-                calls.push(ToolCall {
+                let arguments_path = item_path.key("arguments");
+                let tool_call = ToolCall {
                     provider: Provider::OpenAiResponses,
                     id: call.call_id.clone(),
                     id_synthesized: false,
                     name: call.name.clone(),
-                    arguments: parse_text(&call.arguments, &item_path.key("arguments")),
+                    arguments: parse_text(&call.arguments, &arguments_path),
                     request_id: None,
                     turn_id: None,
                     wrapped_in: None,
-                });
+                };
+                calls.extend(parallel::unwrap(tool_call, &arguments_path));
             }
             OutputItem::CustomToolCall(custom) => {
                 return Err(OpenAiDispatchError::CustomToolCall {
@@ -171,13 +188,17 @@ fn responses_turn(output: &[OutputItem], path: &JsonPath) -> Result<Turn, OpenAi
     })
 }
 
-/// The call's D5 result (`{"type":"function_call_output","call_id","output"}`) as an
-/// input item.
-fn output_item(report: &CallReport) -> Result<InputItem, OpenAiDispatchError> {
-    FunctionCallOutputItemParam::deserialize(&report.result)
+/// One D5 result item (`{"type":"function_call_output","call_id","output"}`, the output
+/// a string or, for a parallel wrapper, a list of `input_text` parts) as an input item.
+fn output_item(item: &Value) -> Result<InputItem, OpenAiDispatchError> {
+    FunctionCallOutputItemParam::deserialize(item)
         .map(|param| InputItem::Item(Item::FunctionCallOutput(param)))
         .map_err(|e| OpenAiDispatchError::ResultConversion {
-            call_id: report.id.clone(),
+            call_id: item
+                .get("call_id")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
             target: "FunctionCallOutputItemParam",
             message: e.to_string(),
         })
