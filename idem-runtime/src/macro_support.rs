@@ -14,6 +14,7 @@ use serde_json::{Map, Value};
 
 use crate::call::{ClaimedCall, PreparedCall};
 use crate::context::CallContext;
+use crate::dispatch::decode::decode_argument;
 use crate::dispatch::Tool;
 use crate::error::Error;
 use crate::outcome::IdempotentError;
@@ -282,20 +283,21 @@ pub fn arguments_object<'de, D: Deserializer<'de>>(
     }
 }
 
-/// Takes argument `name` out of the arguments object. A missing member reads as `null`
-/// when the type accepts it (`Option<T>` is `None`), else is a `missing field` error.
+/// Takes argument `name` out of the arguments object and decodes it as every dispatched
+/// call's arguments are decoded ([`Tool`]'s rules: integral numbers for integer types, D8).
+/// A missing member reads as `null` when the type accepts it (`Option<T>` is `None`), else
+/// is a `missing field` error.
 ///
 /// # Errors
-/// The argument is missing or does not fit its type.
+/// The argument is missing, or does not fit its type: "argument `items[2].qty`: invalid
+/// type: floating point `57.5`, expected u64" (the path starts at `name`).
 pub fn take_argument<T: DispatchArgument, E: serde::de::Error>(
     object: &mut Map<String, Value>,
     name: &'static str,
 ) -> Result<T, E> {
     match object.remove(name) {
-        Some(value) => {
-            T::deserialize(value).map_err(|e| E::custom(format_args!("argument `{name}`: {e}")))
-        }
-        None => T::deserialize(Value::Null).map_err(|_| E::missing_field(name)),
+        Some(value) => decode_argument(name, value).map_err(E::custom),
+        None => decode_argument(name, Value::Null).map_err(|_| E::missing_field(name)),
     }
 }
 

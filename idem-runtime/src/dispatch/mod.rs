@@ -10,6 +10,7 @@
 //!    provider's own shape ([`TurnOutcome::messages`], [`call_result`], D5).
 
 mod conversation;
+pub(crate) mod decode;
 mod dispatcher;
 pub mod parse;
 mod provider;

@@ -9,6 +9,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::decode::{decode_arguments, ArgumentsError};
 use crate::context::CallContext;
 use crate::error::Error;
 use crate::outcome::{CallRecord, IdempotentError};
@@ -24,7 +25,30 @@ type CallFn = dyn Fn(Value, CallContext) -> ReplyFuture + Send + Sync;
 /// (`send_refund::tool()`); [`Tool::from_async`] and [`Tool::from_sync`] build one from a
 /// closure (for methods: capture the receiver). The arguments object is deserialized into
 /// `A` (a struct whose fields are the parameters); arguments that do not fit give a
-/// [`FailureKind::BadArguments`] reply and the tool does not run (D2).
+/// [`FailureKind::BadArguments`] reply and the tool does not run (D2). Its message names
+/// the tool and the path of the value that did not fit, with what was expected:
+/// ``arguments do not fit tool `multiply`: argument `a`: invalid type: floating point
+/// `57.5`, expected u64``, ``… argument `items[2].qty`: …``.
+///
+/// # Integral numbers (D8)
+///
+/// Gemini carries arguments as a protobuf `Struct`, whose numbers are `Value.number_value`
+/// doubles: `multiply(57, 44)` arrives as `{"a": 57.0, "b": 44.0}`. Where a parameter is
+/// an integer type (`u8` … `u64`, `i8` … `i64`, `u128`, `i128`, also inside `Option`s,
+/// sequences, map values, nested structs and enum variants), a JSON number whose value is
+/// an integer that fits the type is accepted whatever its spelling (`57`, `57.0`, `5.7e1`;
+/// `-0.0` is `0`), from every provider and in every build (also with serde_json's
+/// `arbitrary_precision`). A number with a fraction (`57.5`) or out of the type's range
+/// (`300.0` for a `u8`, `-1.0` for a `u64`, `1.8446744073709552e19` = 2^64 for a `u64`)
+/// does not fit. The value checked is the number's double, as the key reads it (K2): the
+/// key and the argument agree. A float spelling names an integer only within
+/// [-2^63, 2^64) (also for `u128`/`i128`: beyond 64 bits an integer spelling may already
+/// have been rounded to a double), and beyond 2^53 the nearest double
+/// (`9007199254740993.0` is 2^53); integer spellings of `u64`/`i64` values are exact.
+/// Other types see the number as it is: an `f64` parameter gets `57.5`, a
+/// `serde_json::Value` parameter keeps `57.0` as a float, a string is never a number.
+/// Inside `#[serde(flatten)]`, `#[serde(untagged)]` and internally tagged enums (which
+/// serde buffers before it knows the type) integers need an integer spelling.
 ///
 /// [`mark_replays`](Tool::mark_replays) chooses, for this tool alone, whether a replayed
 /// result tells the model it is a replay (D6).
@@ -173,7 +197,7 @@ fn reply<T: Serialize, E: IdempotentError + fmt::Display>(
     ToolReply { result, record }
 }
 
-fn bad_arguments(tool: &str, error: serde_json::Error) -> ToolReply {
+fn bad_arguments(tool: &str, error: ArgumentsError) -> ToolReply {
     ToolReply {
         result: Err(ToolFailure::new(
             FailureKind::BadArguments,
@@ -186,7 +210,9 @@ fn bad_arguments(tool: &str, error: serde_json::Error) -> ToolReply {
 
 impl Tool {
     /// A tool from an async closure taking the deserialized arguments and the call's
-    /// context. The closure's future runs with the context in force.
+    /// context. The closure's future runs with the context in force. Arguments that do not
+    /// fit `A` (as the [type's documentation](Tool) says, integral numbers included: D8)
+    /// give a `bad_arguments` reply without calling the closure.
     pub fn from_async<A, T, E, F, Fut>(name: impl Into<Arc<str>>, f: F) -> Tool
     where
         A: DeserializeOwned + Send + 'static,
@@ -198,7 +224,7 @@ impl Tool {
         let name: Arc<str> = name.into();
         let tool_name = Arc::clone(&name);
         let call = move |arguments: Value, context: CallContext| -> ReplyFuture {
-            let args = match A::deserialize(arguments) {
+            let args = match decode_arguments::<A>(arguments) {
                 Ok(args) => args,
                 Err(e) => return Box::pin(std::future::ready(bad_arguments(&tool_name, e))),
             };
@@ -216,7 +242,7 @@ impl Tool {
     }
 
     /// A tool from a sync closure; it runs on the dispatching task with the context in
-    /// force.
+    /// force. Arguments are decoded as for [`from_async`](Tool::from_async).
     pub fn from_sync<A, T, E, F>(name: impl Into<Arc<str>>, f: F) -> Tool
     where
         A: DeserializeOwned + Send + 'static,
@@ -227,7 +253,7 @@ impl Tool {
         let name: Arc<str> = name.into();
         let tool_name = Arc::clone(&name);
         let call = move |arguments: Value, context: CallContext| -> ReplyFuture {
-            let reply = match A::deserialize(arguments) {
+            let reply = match decode_arguments::<A>(arguments) {
                 Ok(args) => reply(context.enter(|| f(args, context.clone())), &context),
                 Err(e) => bad_arguments(&tool_name, e),
             };
