@@ -200,7 +200,7 @@ fn status_of(call: &CallReport) -> String {
     if let Err(failure) = &call.reply.result {
         return format!("error: {}", failure.message);
     }
-    match call.status() {
+    match call.own_status() {
         Some(CallStatus::Replayed) => "replayed".to_owned(),
         Some(CallStatus::Executed) => "executed".to_owned(),
         Some(CallStatus::Reconciled) => "reconciled".to_owned(),

@@ -81,16 +81,22 @@ impl CallReport {
         self.reply.result.is_ok()
     }
 
+    /// The final reply's status (S12): executed or replayed, for calls that reached the
+    /// store. After a lost reply the retry's reply is a replay of the call's own first run:
+    /// [`own_status`](Self::own_status) tells that apart from a replay of another call.
+    pub fn status(&self) -> Option<CallStatus> {
+        self.reply.record.as_ref().map(|record| record.status)
+    }
+
     /// What this call did (D11): the status of its own run ([`ran`](Self::ran): executed
     /// or reconciled), also when that run's reply was lost and a retry replayed it; else
-    /// the final reply's (replayed, when the outcome was an earlier call's). `None` for a
-    /// call that never reached the store.
-    pub fn status(&self) -> Option<CallStatus> {
+    /// the final reply's ([`status`](Self::status): replayed, when the outcome was an
+    /// earlier call's). `None` for a call that never reached the store.
+    pub fn own_status(&self) -> Option<CallStatus> {
         self.ran
             .as_ref()
-            .map(|run| &run.record)
-            .or(self.reply.record.as_ref())
-            .map(|record| record.status)
+            .map(|run| run.record.status)
+            .or_else(|| self.status())
     }
 }
 
