@@ -39,6 +39,37 @@ gemini=$("$replay" examples/transcripts/gemini-identical-calls-no-id.json | tail
 per_call=$("$replay" --scope call examples/transcripts/gemini-identical-calls-no-id.json | tail -n 1)
 [ "$(field executions "$per_call")" = 3 ] || fail "gemini identical calls, --scope call: $per_call"
 
+# Provider quirks (issue 10, contract D7-D11): our own small inputs, kept apart from the
+# recorded transcripts so the counts above stay as they are.
+quirk() { # FILE OPTIONS EXPECTED-CALLS EXPECTED-EXECUTIONS EXPECTED-REPLAYS
+  local out
+  out=$("$replay" $2 "examples/quirks/$1" | tail -n 1)
+  echo "quirk $1 [$2]: $out"
+  [ "$(field calls "$out")" = "$3" ] && [ "$(field executions "$out")" = "$4" ] && [ "$(field replays "$out")" = "$5" ] && [ "$(field errors "$out")" = 0 ] \
+    || fail "quirk $1 [$2]: expected calls $3, executions $4, replays $5, no errors: $out"
+}
+for lost in "" "--lose-first-response"; do
+  quirk openai-chat-parallel-wrapper-four-searches.json "$lost" 4 4 0
+  quirk openai-chat-parallel-wrapper-two-identical.json "$lost" 2 1 1
+  quirk openai-responses-parallel-wrapper.json "$lost" 2 2 0
+  quirk mcp-bare-call-params.json "$lost" 1 1 0
+  quirk gemini-integral-floats.json "$lost" 2 1 1
+  quirk openai-chat-reused-call-ids.json "$lost" 2 1 1
+  quirk openai-chat-reused-call-ids.json "--scope call $lost" 2 2 0
+done
+# Each call's status comes from its own outcome (D11): with call ids repeated across turns,
+# the second response's equal call is printed as a replay, not as an execution.
+lines=$("$replay" --lose-first-response examples/quirks/openai-chat-reused-call-ids.json)
+statuses=$(head -n 2 <<<"$lines" | cut -f 7 | tr '\n' ' ')
+[ "$statuses" = "executed replayed " ] || fail "reused call ids: statuses '$statuses', expected 'executed replayed '"
+lines=$("$replay" --scope call --lose-first-response examples/quirks/openai-chat-reused-call-ids.json)
+statuses=$(head -n 2 <<<"$lines" | cut -f 7 | tr '\n' ' ')
+[ "$statuses" = "executed executed " ] || fail "reused call ids, --scope call: statuses '$statuses', expected 'executed executed '"
+# A wrapper's calls are printed under their own names, with ids derived from the wrapper's.
+lines=$("$replay" examples/quirks/openai-chat-parallel-wrapper-four-searches.json)
+wrapped=$(head -n 4 <<<"$lines" | cut -f 3,4 | tr '\t\n' ' ;')
+[ "$wrapped" = "call_wrap4:0 file_search;call_wrap4:1 file_search;call_wrap4:2 file_search;call_wrap4:3 file_search;" ] || fail "wrapper calls: $wrapped"
+
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 printf '{"not":"a transcript"}' >"$scratch/unknown.json"

@@ -7,8 +7,11 @@
 //!
 //! Each FILE is one recorded conversation in any shape idem reads (contract D1): an OpenAI
 //! Chat Completions or Responses body, an Anthropic Messages body, a Gemini response or
-//! `contents` history, an MCP `tools/call` request, a bare assistant message, or an array
-//! of such turns. Turns are dispatched in order, the calls of one turn concurrently, to a
+//! `contents` history, an MCP `tools/call` request or bare `CallToolRequestParams`, a bare
+//! assistant message, or an array of such turns (`examples/transcripts/` holds recorded
+//! ones, `examples/quirks/` small ones of our own for the shapes of D7–D10: OpenAI's
+//! parallel wrapper, whose entries are dispatched as calls of their own, Gemini's `57.0`
+//! integers, bare MCP params, call ids reused in every turn). Turns are dispatched in order, the calls of one turn concurrently, to a
 //! demo side-effecting tool registered under every tool name met. The tool is annotated
 //! `#[idempotent]` and records each real execution in an effect log.
 //!
@@ -23,7 +26,10 @@
 //! every call the second time (`"executions":0`).
 //!
 //! Output: one line per call (file, turn, call id, tool, key prefix, attempts,
-//! executed | replayed | error: reason), then as the last line one JSON object:
+//! executed | replayed | error: reason), then as the last line one JSON object. A call's
+//! status is its own (D11): `executed` when one of its attempts ran the effect, also when
+//! that attempt's response was lost and the retry replayed it; `replayed` when its outcome
+//! was an earlier call's, whatever its call id. The summary:
 //! `{"files":F,"turns":T,"calls":C,"executions":E,"replays":R,"attempts":A,"errors":X,"round_trips":N}`,
 //! where E counts the real executions in the effect log and N the requests the store made
 //! to its backend during the run (`null` for a store that does not count them). A file that cannot be read or
@@ -285,13 +291,13 @@ async fn run(options: Options) -> (Option<Summary>, bool) {
                     _ => summary.errors += 1,
                 }
                 let key = call.key.as_ref().map_or("-", |k| k.prefix(12));
-                println!(
+                print_line(&format!(
                     "{file}\tturn {}\t{}\t{}\tkey {key}\tattempts {}\t{status}",
                     turn.index + 1,
                     call.id,
                     call.tool,
                     call.attempt_count(),
-                );
+                ));
             }
         }
     }
@@ -302,6 +308,19 @@ async fn run(options: Options) -> (Option<Summary>, bool) {
         .zip(round_trips_before)
         .map(|(after, before)| after - before);
     (Some(summary), all_read)
+}
+
+/// Writes one line to stdout. When stdout is closed (`replay … | head -n 2`), stops
+/// quietly: exit code 0 for a closed pipe, 1 for any other write error.
+fn print_line(line: &str) {
+    use std::io::Write;
+    if let Err(e) = writeln!(std::io::stdout(), "{line}") {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("replay: cannot write to stdout: {e}");
+        std::process::exit(1);
+    }
 }
 
 /// Installs a subscriber that writes to stderr when `RUST_LOG` is set; without it, none.
@@ -355,7 +374,7 @@ fn main() -> ExitCode {
     let (summary, all_read) = runtime.block_on(run(options));
     if let Some(summary) = summary {
         match serde_json::to_string(&summary) {
-            Ok(line) => println!("{line}"),
+            Ok(line) => print_line(&line),
             Err(e) => eprintln!("replay: cannot write the summary: {e}"),
         }
     }
