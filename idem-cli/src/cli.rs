@@ -72,7 +72,9 @@ pub struct CallArgs {
 
     /// One scope part, KIND=VALUE; repeat for a composite scope, outermost first (`--scope
     /// tenant=acme --scope conversation=c-1`; `--scope conversation=c-9 --scope call=ID` for
-    /// a call scope). None for a global tool. `%XX` in VALUE decodes: write `%` as `%25`.
+    /// a call scope, with `--scope turn=RESPONSE_ID` between them when the call came from a
+    /// response with an id or a history position, `turn=#3`). None for a global tool. `%XX`
+    /// in VALUE decodes: write `%` as `%25`.
     #[arg(long, value_name = "KIND=VALUE", value_parser = parse_scope_part)]
     pub scope: Vec<ScopePart>,
 

@@ -29,6 +29,11 @@ static OPEN_TICKET: ToolSpec = ToolSpec {
     ..ToolSpec::new("open_ticket")
 };
 
+static CAT: ToolSpec = ToolSpec {
+    scope: Scope::Call,
+    ..ToolSpec::new("cat")
+};
+
 const ARGS: &str = r#"{"order_id":4417,"amount_cents":500}"#;
 
 /// What one run of the binary did.
@@ -764,6 +769,41 @@ fn a_missing_or_bad_store_is_exit_2() {
     assert!(from_env.stderr.contains("IDEM_STORE: "), "{from_env:?}");
     let namespace = idem(&["--namespace", "", "key", "--tool", "t", "--args", "{}"]).expect(2);
     assert!(namespace.stderr.contains("--namespace"), "{namespace:?}");
+}
+
+// pins D10, I1, X1: a call-scoped call that came from a response with an id is named by
+// its conversation, turn and call id, outermost first, and `key` derives the tool's key
+#[test]
+fn key_of_a_call_scoped_call_names_its_turn() {
+    let ctx = CallContext::new()
+        .with_conversation("c-9")
+        .with_turn("chatcmpl-7")
+        .with_tool_call("call_0");
+    let prepared = prepare(&CAT, Some(&ctx), |a| {
+        a.key("path", &"notes.txt")?;
+        Ok(())
+    })
+    .unwrap();
+    let call = |turn: &[&'static str]| {
+        let mut args = vec!["key", "--tool", "cat", "--scope", "conversation=c-9"];
+        args.extend_from_slice(turn);
+        args.extend([
+            "--scope",
+            "call=call_0",
+            "--args",
+            r#"{"path":"notes.txt"}"#,
+        ]);
+        idem(&args).expect(0).stdout
+    };
+    assert_eq!(
+        call(&["--scope", "turn=chatcmpl-7"]),
+        format!("{}\n", prepared.key())
+    );
+    assert_ne!(
+        call(&[]),
+        format!("{}\n", prepared.key()),
+        "the turn is part of the key"
+    );
 }
 
 // pins X3: bad input is exit 2, the message naming the option or value

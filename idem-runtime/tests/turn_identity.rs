@@ -5,12 +5,12 @@
 mod common;
 
 use common::tools::{engine, logged, spec};
-use idem_runtime::dispatch::{parse_turns, Conversation, Dispatcher, RetryPolicy, Turn};
+use idem_runtime::dispatch::{parse_turns, Conversation, Dispatcher, RetryPolicy, Tool, Turn};
 use idem_runtime::inspect::CallQuery;
 use idem_runtime::label::ScopePath;
 use idem_runtime::testkit::{EffectLog, FailOn, LosingTransport};
-use idem_runtime::{CallStatus, Engine, Scope};
-use serde_json::{json, Value};
+use idem_runtime::{prepare, CallStatus, Engine, Scope, ToolError};
+use serde_json::{json, Map, Value};
 
 /// A Chat Completions response `id` whose one call is `call_0` to `cat` on `path`.
 fn chat_response(id: &str, path: &str) -> Value {
@@ -130,8 +130,8 @@ async fn reused_call_ids_in_two_responses_run_twice() {
     assert_eq!(again.calls[0].key, two.calls[0].key);
 }
 
-// pins D10, K9: a retry of one call after its reply was lost replays, also under
-// scope = "call" with a turn identity
+// pins D10, K9, D11: a retry of one call after its reply was lost replays, also under
+// scope = "call" with a turn identity; the call's own status is still `executed`
 #[tokio::test]
 async fn a_retry_of_one_of_them_replays() {
     let log = EffectLog::new();
@@ -314,4 +314,48 @@ async fn each_report_says_what_its_own_call_did() {
     assert_eq!((ran.attempt, ran.record.status), (1, CallStatus::Executed));
     assert_eq!(second.own_status(), Some(CallStatus::Replayed));
     assert!(second.ran.is_none());
+}
+
+// pins D11: a tool registered under another name than its `#[idempotent]` one (as the main
+// job's demo tool is) still reports its own run, in the attempt that ran it
+#[tokio::test]
+async fn own_runs_are_seen_whatever_name_the_tool_is_registered_under() {
+    let log = EffectLog::new();
+    let demo_spec = spec("demo_effect", Scope::Conversation);
+    let effects = log.clone();
+    let demo = Tool::from_async("cat", move |args: Map<String, Value>, _ctx| {
+        let effects = effects.clone();
+        async move {
+            prepare(demo_spec, None, |b| b.key("args", &args).map(drop))?
+                .run(async move {
+                    effects.record("demo_effect", Value::Object(args).to_string());
+                    Ok::<_, ToolError>("done".to_owned())
+                })
+                .await
+        }
+    });
+    let dispatcher = Dispatcher::builder()
+        .tool(demo)
+        .engine(engine())
+        .retry(RetryPolicy::immediate(3))
+        .transport(LosingTransport::new(FailOn::FirstAttempt))
+        .build()
+        .unwrap();
+    let conversation = Conversation::new("conv_demo");
+    let one = dispatcher
+        .dispatch_turn(
+            &only_turn(&chat_response("chatcmpl-1", "a.txt")),
+            &conversation,
+        )
+        .await;
+    let two = dispatcher
+        .dispatch_turn(
+            &only_turn(&chat_response("chatcmpl-2", "a.txt")),
+            &conversation,
+        )
+        .await;
+    assert_eq!(log.len(), 1);
+    assert_eq!(one.calls[0].own_status(), Some(CallStatus::Executed));
+    assert_eq!(one.calls[0].ran.as_ref().map(|run| run.attempt), Some(1));
+    assert_eq!(two.calls[0].own_status(), Some(CallStatus::Replayed));
 }
