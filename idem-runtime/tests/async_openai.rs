@@ -14,7 +14,9 @@ use async_openai::types::responses::{
 };
 use common::tools::{engine, send_refund};
 use idem_runtime::dispatch::{parse_as, Conversation, Dispatcher, FailureKind, Provider};
-use idem_runtime::integrations::async_openai::{assistant_message, OpenAiDispatchError};
+use idem_runtime::integrations::async_openai::{
+    assistant_message, OpenAiDispatchError, ResponseToolResults,
+};
 use idem_runtime::testkit::EffectLog;
 use idem_runtime::CallStatus;
 use serde_json::{json, Value};
@@ -440,6 +442,27 @@ async fn a_retried_responses_turn_replays() {
     assert_eq!(first.items(), again.items());
 }
 
+/// The next request of a stateless Responses conversation: `response`'s output items echoed,
+/// then `results`' items. Checks that it serializes and reads back equal; returns its JSON.
+fn stateless_next_request(response: &Response, results: ResponseToolResults) -> Value {
+    let mut input: Vec<InputItem> = response
+        .output
+        .iter()
+        .cloned()
+        .map(InputItem::from)
+        .collect();
+    input.extend(results.into_items());
+    let next = CreateResponseArgs::default()
+        .model("gpt-4.1")
+        .input(input)
+        .build()
+        .unwrap();
+    let body = serde_json::to_value(&next).unwrap();
+    let read_back: CreateResponse = serde_json::from_value(body.clone()).unwrap();
+    assert_eq!(read_back, next);
+    body
+}
+
 // pins O4: the items are the next CreateResponse's input (with previous_response_id, or
 // after the echoed output items), serialize as function_call_output items and read back
 // equal
@@ -465,19 +488,7 @@ async fn responses_items_form_a_valid_next_request() {
     let read_back: CreateResponse = serde_json::from_value(body).unwrap();
     assert_eq!(read_back, chained);
 
-    let mut input: Vec<InputItem> = response
-        .output
-        .iter()
-        .cloned()
-        .map(InputItem::from)
-        .collect();
-    input.extend(results.into_items());
-    let stateless = CreateResponseArgs::default()
-        .model("gpt-4.1")
-        .input(input)
-        .build()
-        .unwrap();
-    let body = serde_json::to_value(&stateless).unwrap();
+    let body = stateless_next_request(&response, results);
     let types: Vec<&str> = body["input"]
         .as_array()
         .unwrap()
@@ -495,8 +506,6 @@ async fn responses_items_form_a_valid_next_request() {
             "function_call_output"
         ]
     );
-    let read_back: CreateResponse = serde_json::from_value(body).unwrap();
-    assert_eq!(read_back, stateless);
 }
 
 // pins O5: a custom tool call item and an empty call_id are typed errors naming the item,
@@ -702,19 +711,5 @@ async fn a_responses_wrapper_gives_one_output_item_with_parts() {
             {"type": "input_text", "text": r#"{"cents":400,"refund_id":"re_9"}"#},
         ]})
     );
-    let mut input: Vec<InputItem> = response
-        .output
-        .iter()
-        .cloned()
-        .map(InputItem::from)
-        .collect();
-    input.extend(results.into_items());
-    let next = CreateResponseArgs::default()
-        .model("gpt-4.1")
-        .input(input)
-        .build()
-        .unwrap();
-    let body = serde_json::to_value(&next).unwrap();
-    let read_back: CreateResponse = serde_json::from_value(body).unwrap();
-    assert_eq!(read_back, next);
+    stateless_next_request(&response, results);
 }

@@ -76,17 +76,21 @@ fn lookalikes_are_refused_with_the_shape_error() {
     assert!(message.contains("CallToolRequestParams"), "{message}");
 }
 
+fn refunds(log: &EffectLog) -> Dispatcher {
+    Dispatcher::builder()
+        .tool(send_refund(log))
+        .engine(engine())
+        .build()
+        .unwrap()
+}
+
 // pins D9, D1: a bare params call and the full `tools/call` request with the same name and
 // arguments share a key (the request id, `_meta` and `task` are not intent); the second
 // replays
 #[tokio::test]
 async fn bare_params_and_the_full_request_share_a_key() {
     let log = EffectLog::new();
-    let dispatcher = Dispatcher::builder()
-        .tool(send_refund(&log))
-        .engine(engine())
-        .build()
-        .unwrap();
+    let dispatcher = refunds(&log);
     let conversation = Conversation::new("c-1");
     let bare = parse_turns(&params(7)).unwrap().remove(0);
     let request = json!({"jsonrpc": "2.0", "id": 12, "method": "tools/call", "params": params(7)});
@@ -103,11 +107,7 @@ async fn bare_params_and_the_full_request_share_a_key() {
 #[tokio::test]
 async fn results_are_bare_call_tool_results() {
     let log = EffectLog::new();
-    let dispatcher = Dispatcher::builder()
-        .tool(send_refund(&log))
-        .engine(engine())
-        .build()
-        .unwrap();
+    let dispatcher = refunds(&log);
     let conversation = Conversation::new("c-1");
     let turns = parse_turns(&json!([
         params(7),

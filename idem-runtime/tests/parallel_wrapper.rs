@@ -4,75 +4,21 @@
 
 mod common;
 
-use std::sync::Arc;
-
-use common::tools::{logged, spec, yield_once};
+use common::tools::{charge_card, engine_at_first_run, greet, logged, spec, FIRST_RUN};
 use idem_runtime::dispatch::{
     parse_turns, Conversation, Dispatcher, FailureKind, Tool, Turn, TurnOutcome,
 };
-use idem_runtime::store::MemoryStore;
-use idem_runtime::testkit::{EffectLog, ManualClock};
-use idem_runtime::{prepare, CallStatus, Engine, Scope, Timestamp, ToolError, ToolSpec};
+use idem_runtime::testkit::EffectLog;
+use idem_runtime::{CallStatus, Scope, ToolError};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-/// When the first dispatch runs: 2026-12-01T20:33:33.123Z.
-const FIRST_RUN_MS: u64 = 1_796_157_213_123;
-const FIRST_RUN: &str = "2026-12-01T20:33:33.123Z";
-
 const WRAPPER: &str = "multi_tool_use.parallel";
-
-static GREET: ToolSpec = ToolSpec::new("greet");
-static CHARGE: ToolSpec = ToolSpec::new("charge_card");
-
-#[derive(Deserialize)]
-struct GreetArgs {
-    name: String,
-}
-
-#[derive(Deserialize)]
-struct ChargeArgs {
-    order: u64,
-}
-
-/// `greet(name)`: a string value (sent as itself), one logged effect per run.
-fn greet(log: &EffectLog) -> Tool {
-    let log = log.clone();
-    Tool::from_async("greet", move |a: GreetArgs, _ctx| {
-        let log = log.clone();
-        async move {
-            prepare(&GREET, None, |b| b.key("name", &a.name).map(drop))?
-                .run(async move {
-                    log.record("greet", a.name.clone());
-                    yield_once().await;
-                    Ok::<_, ToolError>(format!("hello {}", a.name))
-                })
-                .await
-        }
-    })
-}
-
-/// `charge_card(order)`: fails for good (saved and replayed, S4).
-fn charge_card(log: &EffectLog) -> Tool {
-    let log = log.clone();
-    Tool::from_async("charge_card", move |a: ChargeArgs, _ctx| {
-        let log = log.clone();
-        async move {
-            prepare(&CHARGE, None, |b| b.key("order", &a.order).map(drop))?
-                .run(async move {
-                    log.record("charge_card", a.order.to_string());
-                    Err::<Value, _>(ToolError::failed("card declined"))
-                })
-                .await
-        }
-    })
-}
 
 /// `greet`, `charge_card` and `get_weather` (`scope = "conversation"`, a JSON value) on a
 /// fresh store whose clock starts at `FIRST_RUN`.
 fn dispatcher(log: &EffectLog, mark: bool) -> Dispatcher {
-    let clock = ManualClock::starting_at(Timestamp::from_millis(FIRST_RUN_MS));
-    let engine = Engine::from_shared(Arc::new(MemoryStore::new()), Arc::new(clock));
+    let (engine, _clock) = engine_at_first_run();
     Dispatcher::builder()
         .tool(greet(log))
         .tool(charge_card(log))
@@ -136,8 +82,10 @@ fn failure_text(outcome: &TurnOutcome, id: &str) -> String {
         FailureKind::Tool
     );
     let failure = report.reply.result.clone().unwrap_err();
-    let mut error = json!({"kind": "tool", "message": "card declined", "retryable": false});
-    error["detail"] = failure.error;
+    // Members in sorted order, as results are written (S11), also when serde_json's
+    // `preserve_order` is on in the build (genai turns it on).
+    let error = json!({"detail": failure.error, "kind": "tool", "message": "card declined",
+        "retryable": false});
     serde_json::to_string(&json!({ "error": error })).unwrap()
 }
 

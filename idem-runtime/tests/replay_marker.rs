@@ -6,32 +6,16 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::tools::{charge_card, engine_at_first_run, greet, OrderArgs, FIRST_RUN, FIRST_RUN_MS};
 use idem_runtime::dispatch::{
     call_result, parse_turns, turn_messages, Conversation, Dispatcher, Tool, Turn, TurnOutcome,
 };
 use idem_runtime::store::MemoryStore;
 use idem_runtime::testkit::{EffectLog, ManualClock};
 use idem_runtime::{prepare, CallStatus, Engine, Timestamp, ToolError, ToolSpec};
-use serde::Deserialize;
 use serde_json::{json, Value};
 
-/// When the first dispatch runs: 2026-12-01T20:33:33.123Z.
-const FIRST_RUN_MS: u64 = 1_796_157_213_123;
-const FIRST_RUN: &str = "2026-12-01T20:33:33.123Z";
-
 static REFUND: ToolSpec = ToolSpec::new("send_refund");
-static GREET: ToolSpec = ToolSpec::new("greet");
-static CHARGE: ToolSpec = ToolSpec::new("charge_card");
-
-#[derive(Deserialize)]
-struct OrderArgs {
-    order: u64,
-}
-
-#[derive(Deserialize)]
-struct GreetArgs {
-    name: String,
-}
 
 /// `send_refund(order)`: a JSON value.
 fn send_refund(log: &EffectLog) -> Tool {
@@ -51,46 +35,13 @@ fn send_refund(log: &EffectLog) -> Tool {
     })
 }
 
-/// `greet(name)`: a string value, sent to the model as text.
-fn greet(log: &EffectLog) -> Tool {
-    let log = log.clone();
-    Tool::from_async("greet", move |a: GreetArgs, _ctx| {
-        let log = log.clone();
-        async move {
-            prepare(&GREET, None, |b| b.key("name", &a.name).map(drop))?
-                .run(async move {
-                    log.record("greet", a.name.clone());
-                    Ok::<_, ToolError>(format!("hello {}", a.name))
-                })
-                .await
-        }
-    })
-}
-
-/// `charge_card(order)`: fails for good (not retryable: saved and replayed, S4).
-fn charge_card(log: &EffectLog) -> Tool {
-    let log = log.clone();
-    Tool::from_async("charge_card", move |a: OrderArgs, _ctx| {
-        let log = log.clone();
-        async move {
-            prepare(&CHARGE, None, |b| b.key("order", &a.order).map(drop))?
-                .run(async move {
-                    log.record("charge_card", a.order.to_string());
-                    Err::<Value, _>(ToolError::failed("card declined"))
-                })
-                .await
-        }
-    })
-}
-
 /// A dispatcher of the three tools on a fresh store whose clock starts at `FIRST_RUN`.
 fn three_tools(
     mark: bool,
     log: &EffectLog,
     tweak: impl Fn(Tool) -> Tool,
 ) -> (Dispatcher, ManualClock) {
-    let clock = ManualClock::starting_at(Timestamp::from_millis(FIRST_RUN_MS));
-    let engine = Engine::from_shared(Arc::new(MemoryStore::new()), Arc::new(clock.clone()));
+    let (engine, clock) = engine_at_first_run();
     let dispatcher = Dispatcher::builder()
         .tools([send_refund(log), greet(log), charge_card(log)].map(tweak))
         .engine(engine)

@@ -98,13 +98,31 @@ fn a_lone_message_without_an_id_has_no_turn_identity() {
     assert_eq!(turn_ids(&mcp), [None]);
 }
 
-fn dispatcher(log: &EffectLog, scope: Scope) -> Dispatcher {
-    Dispatcher::builder()
-        .tool(logged(spec("cat", scope), log))
+/// `tool` on a fresh store, retried up to 3 times, through `transport` if given.
+fn dispatcher_of(tool: Tool, transport: Option<LosingTransport>) -> Dispatcher {
+    let builder = Dispatcher::builder()
+        .tool(tool)
         .engine(engine())
-        .retry(RetryPolicy::immediate(3))
-        .build()
-        .unwrap()
+        .retry(RetryPolicy::immediate(3));
+    match transport {
+        Some(transport) => builder.transport(transport),
+        None => builder,
+    }
+    .build()
+    .unwrap()
+}
+
+/// `cat`, keyed by `scope`, logging into `log`.
+fn dispatcher(log: &EffectLog, scope: Scope) -> Dispatcher {
+    dispatcher_of(logged(spec("cat", scope), log), None)
+}
+
+/// [`dispatcher`] whose every call loses its first response after the effect.
+fn losing_dispatcher(log: &EffectLog, scope: Scope) -> Dispatcher {
+    dispatcher_of(
+        logged(spec("cat", scope), log),
+        Some(LosingTransport::new(FailOn::FirstAttempt)),
+    )
 }
 
 // pins D10, K7: under scope = "call", two responses that both carry `call_0` with equal
@@ -135,13 +153,7 @@ async fn reused_call_ids_in_two_responses_run_twice() {
 #[tokio::test]
 async fn a_retry_of_one_of_them_replays() {
     let log = EffectLog::new();
-    let dispatcher = Dispatcher::builder()
-        .tool(logged(spec("cat", Scope::Call), &log))
-        .engine(engine())
-        .retry(RetryPolicy::immediate(3))
-        .transport(LosingTransport::new(FailOn::FirstAttempt))
-        .build()
-        .unwrap();
+    let dispatcher = losing_dispatcher(&log, Scope::Call);
     let conversation = Conversation::new("conv_cat");
     for id in ["chatcmpl-1", "chatcmpl-2"] {
         let outcome = dispatcher
@@ -281,13 +293,7 @@ async fn the_call_scope_path_names_the_turn() {
 #[tokio::test]
 async fn each_report_says_what_its_own_call_did() {
     let log = EffectLog::new();
-    let dispatcher = Dispatcher::builder()
-        .tool(logged(spec("cat", Scope::Conversation), &log))
-        .engine(engine())
-        .retry(RetryPolicy::immediate(3))
-        .transport(LosingTransport::new(FailOn::FirstAttempt))
-        .build()
-        .unwrap();
+    let dispatcher = losing_dispatcher(&log, Scope::Conversation);
     let conversation = Conversation::new("conv_cat");
     let one = dispatcher
         .dispatch_turn(
@@ -334,13 +340,7 @@ async fn own_runs_are_seen_whatever_name_the_tool_is_registered_under() {
                 .await
         }
     });
-    let dispatcher = Dispatcher::builder()
-        .tool(demo)
-        .engine(engine())
-        .retry(RetryPolicy::immediate(3))
-        .transport(LosingTransport::new(FailOn::FirstAttempt))
-        .build()
-        .unwrap();
+    let dispatcher = dispatcher_of(demo, Some(LosingTransport::new(FailOn::FirstAttempt)));
     let conversation = Conversation::new("conv_demo");
     let one = dispatcher
         .dispatch_turn(

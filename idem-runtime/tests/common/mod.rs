@@ -125,4 +125,63 @@ pub mod tools {
             }
         })
     }
+
+    /// When the first dispatch of the replay-marker tests runs: 2026-12-01T20:33:33.123Z.
+    pub const FIRST_RUN_MS: u64 = 1_796_157_213_123;
+    /// [`FIRST_RUN_MS`] in RFC 3339, as a replay marker writes it.
+    pub const FIRST_RUN: &str = "2026-12-01T20:33:33.123Z";
+
+    /// A fresh in-memory store whose manual clock starts at [`FIRST_RUN_MS`].
+    pub fn engine_at_first_run() -> (Engine, ManualClock) {
+        let clock = ManualClock::starting_at(idem_runtime::Timestamp::from_millis(FIRST_RUN_MS));
+        let engine = Engine::from_shared(Arc::new(MemoryStore::new()), Arc::new(clock.clone()));
+        (engine, clock)
+    }
+
+    pub static GREET: ToolSpec = ToolSpec::new("greet");
+    pub static CHARGE_CARD: ToolSpec = ToolSpec::new("charge_card");
+
+    #[derive(Deserialize)]
+    pub struct GreetArgs {
+        pub name: String,
+    }
+
+    #[derive(Deserialize)]
+    pub struct OrderArgs {
+        pub order: u64,
+    }
+
+    /// `greet(name)`: a string value (sent to the model as text), one logged effect per run;
+    /// the body yields once, so equal calls of one turn meet in progress.
+    pub fn greet(log: &EffectLog) -> Tool {
+        let log = log.clone();
+        Tool::from_async("greet", move |a: GreetArgs, _ctx| {
+            let log = log.clone();
+            async move {
+                prepare(&GREET, None, |b| b.key("name", &a.name).map(drop))?
+                    .run(async move {
+                        log.record("greet", a.name.clone());
+                        yield_once().await;
+                        Ok::<_, ToolError>(format!("hello {}", a.name))
+                    })
+                    .await
+            }
+        })
+    }
+
+    /// `charge_card(order)`: fails for good (not retryable: saved and replayed, S4).
+    pub fn charge_card(log: &EffectLog) -> Tool {
+        let log = log.clone();
+        Tool::from_async("charge_card", move |a: OrderArgs, _ctx| {
+            let log = log.clone();
+            async move {
+                prepare(&CHARGE_CARD, None, |b| b.key("order", &a.order).map(drop))?
+                    .run(async move {
+                        log.record("charge_card", a.order.to_string());
+                        Err::<Value, _>(ToolError::failed("card declined"))
+                    })
+                    .await
+            }
+        })
+    }
 }

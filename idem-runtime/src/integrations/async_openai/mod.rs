@@ -6,8 +6,8 @@
 //!
 //! | API | in | out |
 //! | --- | --- | --- |
-//! | Chat Completions | [`Dispatcher::dispatch_chat_completion`]`(&CreateChatCompletionResponse, …)`, [`Dispatcher::dispatch_chat_message`]`(&ChatCompletionResponseMessage, …)` | [`ChatToolResults`]: the assistant message and one tool message per call (`ChatCompletionRequestMessage`) |
-//! | Responses | [`Dispatcher::dispatch_response`]`(&Response, …)`, [`Dispatcher::dispatch_response_output`]`(&[OutputItem], …)` | [`ResponseToolResults`]: one `function_call_output` item per call (`InputItem`) |
+//! | Chat Completions | [`Dispatcher::dispatch_chat_completion`]`(&CreateChatCompletionResponse, …)`, [`Dispatcher::dispatch_chat_message`]`(&ChatCompletionResponseMessage, …)` | [`ChatToolResults`]: the assistant message and one tool message per call of the model's message (one per parallel wrapper, D7; `ChatCompletionRequestMessage`) |
+//! | Responses | [`Dispatcher::dispatch_response`]`(&Response, …)`, [`Dispatcher::dispatch_response_output`]`(&[OutputItem], …)` | [`ResponseToolResults`]: one `function_call_output` item per call of the response (one per parallel wrapper, D7; `InputItem`) |
 //!
 //! The calls run as [`Dispatcher::dispatch_turn`] runs any provider's calls: concurrently,
 //! each retry carrying its call's key, under a [`Conversation`] (D2–D4). Each result also
