@@ -5,7 +5,9 @@
 mod common;
 
 use common::tools::{engine, logged, spec};
-use idem_runtime::dispatch::{parse_turns, Conversation, Dispatcher, RetryPolicy, Tool, Turn};
+use idem_runtime::dispatch::{
+    parse_turns, Conversation, Dispatcher, RetryPolicy, Tool, Turn, TurnOutcome,
+};
 use idem_runtime::inspect::CallQuery;
 use idem_runtime::label::ScopePath;
 use idem_runtime::testkit::{EffectLog, FailOn, LosingTransport};
@@ -28,6 +30,21 @@ fn only_turn(document: &Value) -> Turn {
     let mut turns = parse_turns(document).unwrap();
     assert_eq!(turns.len(), 1);
     turns.remove(0)
+}
+
+/// Dispatches `chatcmpl-1` and then `chatcmpl-2`, both calling `call_0` to `cat` on
+/// `a.txt`, in `conversation`.
+async fn two_responses(
+    dispatcher: &Dispatcher,
+    conversation: &Conversation,
+) -> (TurnOutcome, TurnOutcome) {
+    let mut outcomes = Vec::new();
+    for id in ["chatcmpl-1", "chatcmpl-2"] {
+        let turn = only_turn(&chat_response(id, "a.txt"));
+        outcomes.push(dispatcher.dispatch_turn(&turn, conversation).await);
+    }
+    let two = outcomes.pop().unwrap();
+    (outcomes.pop().unwrap(), two)
 }
 
 fn turn_ids(document: &Value) -> Vec<Option<String>> {
@@ -133,15 +150,13 @@ async fn reused_call_ids_in_two_responses_run_twice() {
     let log = EffectLog::new();
     let dispatcher = dispatcher(&log, Scope::Call);
     let conversation = Conversation::new("conv_cat");
-    let first = only_turn(&chat_response("chatcmpl-1", "a.txt"));
-    let second = only_turn(&chat_response("chatcmpl-2", "a.txt"));
-    let one = dispatcher.dispatch_turn(&first, &conversation).await;
-    let two = dispatcher.dispatch_turn(&second, &conversation).await;
+    let (one, two) = two_responses(&dispatcher, &conversation).await;
     assert_eq!(log.len(), 2, "a later turn's call_0 is a new call");
     assert_ne!(one.calls[0].key, two.calls[0].key);
     assert_eq!(one.calls[0].status(), Some(CallStatus::Executed));
     assert_eq!(two.calls[0].status(), Some(CallStatus::Executed));
 
+    let second = only_turn(&chat_response("chatcmpl-2", "a.txt"));
     let again = dispatcher.dispatch_turn(&second, &conversation).await;
     assert_eq!(log.len(), 2, "the same response read again replays");
     assert_eq!(again.calls[0].status(), Some(CallStatus::Replayed));
@@ -155,10 +170,8 @@ async fn a_retry_of_one_of_them_replays() {
     let log = EffectLog::new();
     let dispatcher = losing_dispatcher(&log, Scope::Call);
     let conversation = Conversation::new("conv_cat");
-    for id in ["chatcmpl-1", "chatcmpl-2"] {
-        let outcome = dispatcher
-            .dispatch_turn(&only_turn(&chat_response(id, "a.txt")), &conversation)
-            .await;
+    let (one, two) = two_responses(&dispatcher, &conversation).await;
+    for outcome in [one, two] {
         let call = &outcome.calls[0];
         assert_eq!(call.attempt_count(), 2);
         assert_eq!(
@@ -295,18 +308,7 @@ async fn each_report_says_what_its_own_call_did() {
     let log = EffectLog::new();
     let dispatcher = losing_dispatcher(&log, Scope::Conversation);
     let conversation = Conversation::new("conv_cat");
-    let one = dispatcher
-        .dispatch_turn(
-            &only_turn(&chat_response("chatcmpl-1", "a.txt")),
-            &conversation,
-        )
-        .await;
-    let two = dispatcher
-        .dispatch_turn(
-            &only_turn(&chat_response("chatcmpl-2", "a.txt")),
-            &conversation,
-        )
-        .await;
+    let (one, two) = two_responses(&dispatcher, &conversation).await;
     assert_eq!(log.len(), 1);
     let (first, second) = (&one.calls[0], &two.calls[0]);
     assert_eq!(first.id, second.id);
@@ -342,18 +344,7 @@ async fn own_runs_are_seen_whatever_name_the_tool_is_registered_under() {
     });
     let dispatcher = dispatcher_of(demo, Some(LosingTransport::new(FailOn::FirstAttempt)));
     let conversation = Conversation::new("conv_demo");
-    let one = dispatcher
-        .dispatch_turn(
-            &only_turn(&chat_response("chatcmpl-1", "a.txt")),
-            &conversation,
-        )
-        .await;
-    let two = dispatcher
-        .dispatch_turn(
-            &only_turn(&chat_response("chatcmpl-2", "a.txt")),
-            &conversation,
-        )
-        .await;
+    let (one, two) = two_responses(&dispatcher, &conversation).await;
     assert_eq!(log.len(), 1);
     assert_eq!(one.calls[0].own_status(), Some(CallStatus::Executed));
     assert_eq!(one.calls[0].ran.as_ref().map(|run| run.attempt), Some(1));
