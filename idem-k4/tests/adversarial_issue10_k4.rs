@@ -38,7 +38,9 @@ fn call(tool: &Tool, text: &str) -> ToolReply {
 }
 
 fn narrow() -> Tool {
-    Tool::from_sync("narrow", |a: Narrow, _ctx| Ok::<_, ToolError>(a.n.to_string()))
+    Tool::from_sync("narrow", |a: Narrow, _ctx| {
+        Ok::<_, ToolError>(a.n.to_string())
+    })
 }
 
 fn wide() -> Tool {
@@ -46,14 +48,16 @@ fn wide() -> Tool {
 }
 
 fn unsigned() -> Tool {
-    Tool::from_sync("unsigned", |a: Unsigned, _ctx| Ok::<_, ToolError>(a.n.to_string()))
+    Tool::from_sync("unsigned", |a: Unsigned, _ctx| {
+        Ok::<_, ToolError>(a.n.to_string())
+    })
 }
 
-// held here, unlike the default build (see idem-runtime/tests/adversarial_issue10.rs
-// finding_integers_below_i64_min_are_accepted_as_i64_min): below i64::MIN the model's integer is refused for an i64 (and read
-// exactly for an i128, as this build can): never i64::MIN.
+// pins D8, K4: below i64::MIN the model's integer is refused for an i64 (and read exactly
+// for an i128, as this build can): never i64::MIN, as in the default build
+// (idem-runtime/tests/adversarial_issue10.rs, integers_below_i64_min_are_refused).
 #[test]
-fn held_integers_below_i64_min_are_never_i64_min_here() {
+fn integers_below_i64_min_are_never_i64_min_here() {
     for text in [
         r#"{"n": -9223372036854775809}"#,
         r#"{"n": -9223372036854776000}"#,
@@ -66,9 +70,9 @@ fn held_integers_below_i64_min_are_never_i64_min_here() {
     }
 }
 
-// held (D8, K4): the edges and hostile spellings decode as in the default build
+// pins D8, K4: the edges and hostile spellings decode as in the default build
 #[test]
-fn held_edges_as_in_the_default_build() {
+fn edges_as_in_the_default_build() {
     let ok = |tool: &Tool, text: &str, n: &str| {
         assert_eq!(
             call(tool, text).result,
@@ -83,13 +87,21 @@ fn held_edges_as_in_the_default_build() {
     ok(&unsigned(), r#"{"n": -0}"#, "0");
     ok(&unsigned(), r#"{"n": -0.0}"#, "0");
     ok(&unsigned(), r#"{"n": -0e5}"#, "0");
-    ok(&unsigned(), r#"{"n": 18446744073709551615}"#, "18446744073709551615");
+    ok(
+        &unsigned(),
+        r#"{"n": 18446744073709551615}"#,
+        "18446744073709551615",
+    );
     refused(&unsigned(), r#"{"n": 18446744073709551616}"#);
     refused(&unsigned(), r#"{"n": 18446744073709551615.0}"#);
     refused(&unsigned(), r#"{"n": 1e300}"#);
     refused(&unsigned(), r#"{"n": 1e400}"#);
     refused(&unsigned(), r#"{"n": "57"}"#);
-    ok(&narrow(), r#"{"n": -9223372036854775808}"#, "-9223372036854775808");
+    ok(
+        &narrow(),
+        r#"{"n": -9223372036854775808}"#,
+        "-9223372036854775808",
+    );
     refused(&narrow(), r#"{"n": 9223372036854775808}"#);
     refused(&narrow(), r#"{"n": 9.223372036854775807e18}"#);
     ok(&wide(), r#"{"n": 1e2}"#, "100");

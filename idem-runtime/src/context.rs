@@ -66,6 +66,10 @@ struct Outcomes {
     /// The outcomes of the latest [`CallContext::OUTCOMES_KEPT`] calls to finish, oldest
     /// first, one per key.
     by_key: VecDeque<CallRecord>,
+    /// The claims calls made directly under this context won, as (key, fence), the latest
+    /// [`CallContext::OUTCOMES_KEPT`]: a later replay of a record with one of them is the
+    /// outcome of a run made here (D11).
+    claims: VecDeque<(IdempotencyKey, u64)>,
 }
 
 impl std::fmt::Debug for CallContext {
@@ -283,6 +287,36 @@ impl CallContext {
         let mut outcomes = self.outcomes();
         outcomes.by_key.retain(|record| record.key != *key);
         outcomes.last_key = Some(key.clone());
+    }
+
+    /// Notes that a call made directly under this context claimed `key` with `fence` (its
+    /// body runs next): the run whose outcome a record with that key and fence holds.
+    pub(crate) fn note_claim(&self, key: &IdempotencyKey, fence: u64) {
+        let mut outcomes = self.outcomes();
+        if outcomes.claims.len() >= Self::OUTCOMES_KEPT {
+            outcomes.claims.pop_front();
+        }
+        outcomes.claims.push_back((key.clone(), fence));
+    }
+
+    /// Whether a call made directly under this context (or a clone) claimed `record`'s key
+    /// with `record`'s fence: the run that produced `record` was made here (D11).
+    pub(crate) fn claimed(&self, record: &CallRecord) -> bool {
+        self.outcomes()
+            .claims
+            .iter()
+            .any(|(key, fence)| *key == record.key && *fence == record.fence)
+    }
+
+    /// The outcome of the dispatched call this context belongs to (S12, D11): when the call
+    /// carries a key (K9), the outcome of the call with that key, so a handler that makes
+    /// other `#[idempotent]` calls after it does not report theirs; else (a tool whose
+    /// `#[idempotent]` name differs from the name it is registered under) the last outcome.
+    pub(crate) fn dispatched_outcome(&self) -> Option<CallRecord> {
+        match self.attempt().and_then(|attempt| attempt.derived()) {
+            Some(carried) => self.outcome_of(&carried.key),
+            None => self.last_outcome(),
+        }
     }
 
     pub(crate) fn set_last_outcome(&self, record: CallRecord) {

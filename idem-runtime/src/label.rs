@@ -18,6 +18,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::key::ScopeComponent;
+use crate::scope::TURN_PART;
 
 /// The kind of the `call` scope: a provider's tool-call id.
 const CALL: &str = "call";
@@ -144,7 +145,8 @@ impl ScopePath {
 
     /// The scope's kind as a tool declares it: `global`, `conversation`, `call`, a named
     /// scope, or a composite's parts joined by `+` (`tenant+conversation`). A `call` scope
-    /// within a conversation is `call`.
+    /// within a conversation is `call`; within a turn too (D10) it is the joined
+    /// `conversation+turn+call` (or `turn+call`), the kind its key is derived from.
     pub fn kind(&self) -> Cow<'_, str> {
         match self.parts.as_slice() {
             [] => Cow::Borrowed(GLOBAL),
@@ -209,14 +211,6 @@ impl ScopePath {
                     "`call` must be the last (innermost) scope part".to_owned(),
                 ));
             }
-            if part.kind == CALL
-                && self.parts.len() > 2
-                && self.parts.first().is_some_and(|p| p.kind != CONVERSATION)
-            {
-                return Err(ScopePathError::BadShape(
-                    "a `call` scope is written `call=ID` or `conversation=ID/call=ID`".to_owned(),
-                ));
-            }
             if self.parts[..i].iter().any(|p| p.kind == part.kind) {
                 return Err(ScopePathError::BadShape(format!(
                     "scope `{}` named twice",
@@ -224,11 +218,19 @@ impl ScopePath {
                 )));
             }
         }
-        if self.parts.len() == 2 && self.parts[1].kind == CALL && self.parts[0].kind != CONVERSATION
-        {
-            return Err(ScopePathError::BadShape(
-                "a `call` scope is written `call=ID` or `conversation=ID/call=ID`".to_owned(),
-            ));
+        if let Some((last, within)) = self.parts.split_last() {
+            let within: Vec<&str> = within.iter().map(|p| p.kind.as_str()).collect();
+            let call_shape = matches!(
+                within.as_slice(),
+                [] | [CONVERSATION] | [TURN_PART] | [CONVERSATION, TURN_PART]
+            );
+            if last.kind == CALL && !call_shape {
+                return Err(ScopePathError::BadShape(
+                    "a `call` scope is written `call=ID`, after `conversation=ID` and `turn=ID` \
+                     when the call had them (`conversation=ID/turn=ID/call=ID`, contract D10)"
+                        .to_owned(),
+                ));
+            }
         }
         Ok(())
     }
@@ -448,6 +450,27 @@ mod tests {
         assert!(ScopePath::from_stored("").is_global());
     }
 
+    // pins D10, P1, K1: the scope paths a call-scoped call is keyed under all parse; a turn
+    // path's key component is its joined kind and the JSON array of its values, so it never
+    // meets a call id that is written like that array
+    #[test]
+    fn call_paths_may_name_the_turn() {
+        for (text, kind) in [
+            ("call=a", "call"),
+            ("conversation=c/call=a", "call"),
+            ("turn=t/call=a", "turn+call"),
+            ("conversation=c/turn=%23t/call=a", "conversation+turn+call"),
+            ("turn=t", "turn"),
+        ] {
+            let path: ScopePath = text.parse().unwrap();
+            assert_eq!(path.kind(), kind, "{text}");
+        }
+        let args = to_canonical(&serde_json::json!({})).unwrap();
+        let key = |text: &str| path(text).with_component(|c| derive_key(c, "cat", &args));
+        assert_ne!(key("turn=t/call=a"), key(r#"call=["t","a"]"#));
+        assert_ne!(key("turn=t/call=a"), key("conversation=t/call=a"));
+    }
+
     // pins P1, K7: bad paths are typed errors naming the part
     #[test]
     fn bad_paths_are_refused() {
@@ -457,7 +480,15 @@ mod tests {
             ("conversation=", "empty value"),
             ("global=x", "global"),
             ("call=a/conversation=b", "last"),
-            ("tenant=a/call=b", "conversation=ID/call=ID"),
+            ("tenant=a/call=b", "conversation=ID/turn=ID/call=ID"),
+            (
+                "conversation=c/tenant=a/call=b",
+                "conversation=ID/turn=ID/call=ID",
+            ),
+            (
+                "turn=t/conversation=c/call=b",
+                "conversation=ID/turn=ID/call=ID",
+            ),
             ("tenant=a/tenant=b", "twice"),
             ("tenant=%zz", "percent escape"),
             ("tenant=%c3", "percent escape"),

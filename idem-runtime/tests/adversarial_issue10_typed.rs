@@ -34,14 +34,11 @@ fn dispatcher(log: &EffectLog) -> Dispatcher {
         .unwrap()
 }
 
-// FINDING (D10, O1, O4): the typed paths drop the response's id: `dispatch_chat_completion`
-// and `dispatch_response` build calls with `turn_id: None`, although D10 says each call
-// carries "the response's own id (Chat and Responses `id`)". A gateway that reuses
-// `call_0` in every response (what D10 is for) makes the second response's call-scoped
-// roll replay the first's through async-openai, while the JSON path runs it; and the same
-// response gets one key through the JSON path and another through the typed path.
+// pins D10, O1, O4: the typed paths identify the turn by the response's `id`, as the JSON
+// path does: a gateway that reuses `call_0` in every response gets two call-scoped rolls
+// through async-openai, and a response gets one key through either path
 #[tokio::test]
-async fn finding_typed_paths_ignore_the_response_id() {
+async fn typed_paths_identify_the_turn_by_the_response_id() {
     let conversation = Conversation::new("conv_dice");
 
     let log = EffectLog::new();
@@ -61,7 +58,10 @@ async fn finding_typed_paths_ignore_the_response_id() {
     let typed = dispatcher(&log);
     for id in ["resp_1", "resp_2"] {
         let response: Response = serde_json::from_value(responses_json(id)).unwrap();
-        typed.dispatch_response(&response, &conversation).await.unwrap();
+        typed
+            .dispatch_response(&response, &conversation)
+            .await
+            .unwrap();
     }
     let responses_runs = log.len();
 

@@ -55,6 +55,9 @@ impl ClaimedCall {
     pub(super) fn new(call: PreparedCall, ownership: Ownership, blocking: bool) -> Self {
         let (store, clock) = (call.engine.store(), call.engine.clock());
         call.trace.claimed(ownership.fence);
+        if let Some(context) = &call.context {
+            context.note_claim(&call.key, ownership.fence);
+        }
         let claimed_at = ownership.lifetime.created_at;
         let attempt = AttemptInfo::new(
             call.key.clone(),

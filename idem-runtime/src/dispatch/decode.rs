@@ -38,9 +38,13 @@
 //! string is never read as a number. The wrapper recurses through options, newtypes,
 //! sequences, map values and enum variants; map keys and variant names are not wrapped
 //! (they are strings; serde_json's own key deserializer reads `"57"` as a `u64` key).
-//! Values that serde buffers before deciding their type (`#[serde(flatten)]`,
-//! `#[serde(untagged)]`, internally tagged enums) are decoded by serde's private buffer,
-//! out of the wrapper's reach: integers there need an integer spelling.
+//! Values that serde buffers before deciding their type (`#[serde(flatten)]`, untagged,
+//! internally and adjacently tagged enums) are decoded by serde's private buffer, out of
+//! the wrapper's reach: when decoding fails and the arguments hold integral numbers written
+//! with a fraction or exponent, they are decoded once more with those numbers written as
+//! integers (within the 64-bit ranges above), and that decoding stands if it fits; else
+//! the first error does. (A value that fits as written, such as an untagged
+//! `Int(u64) | Float(f64)` reading `57.0` as `Float`, is never decoded again.)
 //!
 //! With serde_json's `arbitrary_precision` feature on (K4: cargo unifies features), a
 //! `Number` keeps its text, and serde_json's own integer deserializers parse that text as
@@ -120,9 +124,67 @@ pub(crate) fn decode_argument<T: DeserializeOwned>(
 }
 
 fn decode_at<T: DeserializeOwned>(prefix: Option<&str>, value: Value) -> Result<T, ArgumentsError> {
-    serde_path_to_error::deserialize(Integral(value)).map_err(|error| ArgumentsError {
-        path: render(prefix, error.path()),
-        message: error.inner().to_string(),
+    let integral = integers_written_as_integers(&value);
+    serde_path_to_error::deserialize(Integral(value))
+        .or_else(|error| match integral {
+            // A value serde buffered before knowing its type (an internally, adjacently or
+            // untagged enum, `#[serde(flatten)]`) is out of the wrapper's reach: decoded
+            // again with every integral number written as an integer, it fits if only that
+            // was wrong. The first error stands otherwise.
+            Some(rewritten) => {
+                serde_path_to_error::deserialize(Integral(rewritten)).map_err(|_| error)
+            }
+            None => Err(error),
+        })
+        .map_err(|error| ArgumentsError {
+            path: render(prefix, error.path()),
+            message: error.inner().to_string(),
+        })
+}
+
+/// `value` with every number whose value is an integer within the 64-bit ranges (as
+/// [`visit_integral`] accepts them) written as that integer; `None` when there is none to
+/// rewrite.
+fn integers_written_as_integers(value: &Value) -> Option<Value> {
+    /// The integer a number written with a fraction or exponent names, if it names one.
+    fn integer(number: &serde_json::Number) -> Option<serde_json::Number> {
+        if number.is_i64() || number.is_u64() {
+            return None;
+        }
+        let v = number.as_f64().filter(|v| v.fract() == 0.0)?;
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        if (0.0..U64_END).contains(&v) {
+            Some(serde_json::Number::from(v as u64))
+        } else if v > I64_MIN && v < 0.0 {
+            Some(serde_json::Number::from(v as i64))
+        } else {
+            None
+        }
+    }
+    fn holds_one(value: &Value) -> bool {
+        match value {
+            Value::Number(number) => integer(number).is_some(),
+            Value::Array(items) => items.iter().any(holds_one),
+            Value::Object(members) => members.values().any(holds_one),
+            _ => false,
+        }
+    }
+    fn rewrite(value: &mut Value) {
+        match value {
+            Value::Number(number) => {
+                if let Some(integer) = integer(number) {
+                    *number = integer;
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(rewrite),
+            Value::Object(members) => members.values_mut().for_each(rewrite),
+            _ => {}
+        }
+    }
+    holds_one(value).then(|| {
+        let mut copy = value.clone();
+        rewrite(&mut copy);
+        copy
     })
 }
 
@@ -168,9 +230,12 @@ const U64_END: f64 = 18_446_744_073_709_551_616.0;
 const I64_MIN: f64 = -9_223_372_036_854_775_808.0;
 
 /// Hands `v` to `visitor` as the integer it is (D8), for a target that asked for an
-/// integer: `visit_u64` from 0 to 2^64, `visit_i64` from -2^63 to 0 (the visitor checks
-/// its own range); a fraction as the float it is; an integral value outside both ranges
-/// is an invalid value.
+/// integer: `visit_u64` from 0 up to 2^64, `visit_i64` from above -2^63 up to 0 (the
+/// visitor checks its own range); a fraction as the float it is; an integral value outside
+/// both ranges is an invalid value. Both ends are open: the double 2^64 is what integer
+/// spellings from 2^64 to 2^64 + 2047 read as, and -2^63 what those from -2^63 - 1024 to
+/// -2^63 - 1 read as (serde_json reads an integer that fits no 64-bit type as a double),
+/// so accepting either would run the tool with another number than the model wrote.
 fn visit_integral<'de, V: Visitor<'de>, E: de::Error>(visitor: V, v: f64) -> Result<V::Value, E> {
     // NaN and ±Infinity have a NaN fraction: handed on as they are.
     if v.fract() != 0.0 {
@@ -181,7 +246,7 @@ fn visit_integral<'de, V: Visitor<'de>, E: de::Error>(visitor: V, v: f64) -> Res
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         return visitor.visit_u64(v as u64);
     }
-    if (I64_MIN..0.0).contains(&v) {
+    if v > I64_MIN && v < 0.0 {
         #[allow(clippy::cast_possible_truncation)]
         return visitor.visit_i64(v as i64);
     }
@@ -581,13 +646,18 @@ mod tests {
     // pins D8: the edges of the 64-bit ranges, as doubles
     #[test]
     fn the_64_bit_edges() {
-        // The largest double below 2^64, and i64::MIN = -2^63 (exactly a double).
+        // The largest double below 2^64, and the one above -2^63.
         assert_eq!(
             one::<u64>("1.8446744073709550e19"),
             Ok(18_446_744_073_709_549_568)
         );
-        assert_eq!(one::<i64>("-9.223372036854775808e18"), Ok(i64::MIN));
-        assert_eq!(one::<i128>("-9.223372036854775808e18"), Ok(i64::MIN.into()));
+        assert_eq!(
+            one::<i64>("-9.2233720368547748e18"),
+            Ok(-9_223_372_036_854_774_784)
+        );
+        // -2^63 as a double is also what integers below i64::MIN read as: refused, as 2^64.
+        assert!(one::<i64>("-9.223372036854775808e18").is_err());
+        assert!(one::<i128>("-9223372036854775809").is_err());
         assert_eq!(
             one::<u128>("1.8446744073709550e19"),
             Ok(18_446_744_073_709_549_568)

@@ -34,7 +34,7 @@ use crate::dispatch::{
 };
 use crate::engine::Engine;
 use crate::key::IdempotencyKey;
-use crate::outcome::CallStatus;
+use crate::outcome::{CallRecord, CallStatus};
 
 /// Runs the tool calls of assistant messages against registered [`Tool`]s, with retries
 /// that carry each call's key (D2–D5).
@@ -329,7 +329,8 @@ impl Dispatcher {
             .derived()
             .map(|derived| derived.key)
             .or_else(|| reply.record.as_ref().map(|r| r.key.clone()));
-        report(call, attempts, key, reply, mark_replays, own_run(&contexts))
+        let ran = own_run(&contexts, &reply);
+        report(call, attempts, key, reply, mark_replays, ran)
     }
 
     /// The tool and arguments of `call`, or the failure that keeps it from running (D2).
@@ -393,13 +394,30 @@ fn report(
 }
 
 /// The first attempt whose tool call ran the body itself (executed or reconciled, not a
-/// replay), read from the attempts' contexts (D11).
-fn own_run(contexts: &[CallContext]) -> Option<OwnRun> {
-    contexts.iter().zip(1..).find_map(|(context, attempt)| {
+/// replay), read from the attempts' contexts (D11). A replay of a record that one of the
+/// attempts claimed (same key and fence) is that attempt's own run too: its reply was lost
+/// and the run finished after the next attempt replayed it (a transport that gives up
+/// while the body runs).
+fn own_run(contexts: &[CallContext], reply: &ToolReply) -> Option<OwnRun> {
+    let ran_here = contexts.iter().zip(1..).find_map(|(context, attempt)| {
         context
-            .last_outcome()
+            .dispatched_outcome()
             .filter(|record| record.status != CallStatus::Replayed)
             .map(|record| OwnRun { attempt, record })
+    });
+    ran_here.or_else(|| {
+        let replayed = reply.record.as_ref()?;
+        let (_, attempt) = contexts
+            .iter()
+            .zip(1..)
+            .find(|(context, _)| context.claimed(replayed))?;
+        Some(OwnRun {
+            attempt,
+            record: CallRecord {
+                status: CallStatus::Executed,
+                ..replayed.clone()
+            },
+        })
     })
 }
 

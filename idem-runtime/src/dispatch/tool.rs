@@ -47,8 +47,9 @@ type CallFn = dyn Fn(Value, CallContext) -> ReplyFuture + Send + Sync;
 /// (`9007199254740993.0` is 2^53); integer spellings of `u64`/`i64` values are exact.
 /// Other types see the number as it is: an `f64` parameter gets `57.5`, a
 /// `serde_json::Value` parameter keeps `57.0` as a float, a string is never a number.
-/// Inside `#[serde(flatten)]`, `#[serde(untagged)]` and internally tagged enums (which
-/// serde buffers before it knows the type) integers need an integer spelling.
+/// Inside `#[serde(flatten)]`, untagged and tagged enums (which serde buffers before it
+/// knows the type), arguments that do not fit as written are decoded once more with their
+/// integral numbers written as integers.
 ///
 /// [`mark_replays`](Tool::mark_replays) chooses, for this tool alone, whether a replayed
 /// result tells the model it is a replay (D6).
@@ -192,7 +193,7 @@ fn reply<T: Serialize, E: IdempotentError + fmt::Display>(
         }),
         Err(error) => Err(ToolFailure::from_tool_error(&error)),
     };
-    let record = context.last_outcome();
+    let record = context.dispatched_outcome();
     let result = result.map_err(|failure| with_unknown_key(failure, record.as_ref()));
     ToolReply { result, record }
 }

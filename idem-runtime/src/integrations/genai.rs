@@ -200,6 +200,13 @@ impl Dispatcher {
     /// reads OpenAI's (D2); `null` means no arguments (`{}`); anything else is a
     /// `bad_arguments` result for that call.
     ///
+    /// genai's `ChatResponse` carries no response id, so its calls have no turn identity:
+    /// `scope = "call"` tools are keyed by the call id alone (D10). With a provider that
+    /// reuses call ids in every turn, give each turn one yourself: parse the provider's
+    /// JSON with [`parse_turns`](crate::dispatch::parse_turns), or set
+    /// [`ToolCall::turn_id`](crate::dispatch::ToolCall::turn_id) and use
+    /// [`dispatch_turn`](Self::dispatch_turn).
+    ///
     /// Needs the `genai` feature ([`integrations::genai`](crate::integrations::genai)).
     ///
     /// # Errors

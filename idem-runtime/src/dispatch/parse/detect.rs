@@ -111,9 +111,16 @@ fn provider_turns(
 }
 
 /// The turns of the element at `position` of an array of turns, each call without a turn
-/// identity of its own (a response id) identified by that position (D10).
+/// identity of its own (a response id) identified by that position (D10). A position
+/// inside the element (a Gemini `{"contents":[…]}` body in the array: `#j`) becomes
+/// `#position.j`, so two such bodies never share one.
 fn identified(mut turns: Vec<Turn>, position: usize) -> Vec<Turn> {
     for turn in &mut turns {
+        for call in &mut turn.calls {
+            if let Some(inner) = call.turn_id.as_deref().and_then(|id| id.strip_prefix('#')) {
+                call.turn_id = Some(format!("#{position}.{inner}"));
+            }
+        }
         turn.identify_by_position(position);
     }
     turns

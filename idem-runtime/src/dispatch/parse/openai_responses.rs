@@ -132,7 +132,8 @@ fn item_call(item: &Value, path: &JsonPath) -> Result<Vec<ToolCall>, ParseError>
     }
 }
 
-/// Whether a message holds tool calls in the Chat, Anthropic or Gemini format.
+/// Whether a message holds tool calls in the Chat, Anthropic or Gemini format, or is an
+/// MCP call (a `tools/call` request or bare `CallToolRequestParams`, D9).
 fn carries_other_calls(object: &Map<String, Value>) -> bool {
     let anthropic_blocks = object
         .get("content")
@@ -146,6 +147,7 @@ fn carries_other_calls(object: &Map<String, Value>) -> bool {
         .iter()
         .any(|name| object.contains_key(*name))
         || anthropic_blocks
+        || super::mcp::recognises(object)
 }
 
 /// The call of a `function_call` item at `path`; a parallel wrapper's calls (D7).

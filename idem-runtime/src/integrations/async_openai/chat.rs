@@ -171,12 +171,14 @@ impl Dispatcher {
             }
         };
         let path = JsonPath::root().key("choices").index(0).key("message");
-        self.dispatch_chat(&choice.message, conversation, &path)
+        self.dispatch_chat(&choice.message, conversation, &path, Some(&response.id))
             .await
     }
 
     /// [`dispatch_chat_completion`](Self::dispatch_chat_completion) for one assistant
-    /// message (`response.choices[i].message`).
+    /// message (`response.choices[i].message`). A message has no id: its calls carry no turn
+    /// identity, so `scope = "call"` tools are keyed by the call id alone (D10); prefer
+    /// `dispatch_chat_completion`, which keys them within the response's `id`.
     ///
     /// Needs the `async-openai` feature ([`integrations::async_openai`](crate::integrations::async_openai)).
     ///
@@ -190,7 +192,7 @@ impl Dispatcher {
         message: &ChatCompletionResponseMessage,
         conversation: &Conversation,
     ) -> Result<ChatToolResults, OpenAiDispatchError> {
-        self.dispatch_chat(message, conversation, &JsonPath::root())
+        self.dispatch_chat(message, conversation, &JsonPath::root(), None)
             .await
     }
 
@@ -199,8 +201,13 @@ impl Dispatcher {
         message: &ChatCompletionResponseMessage,
         conversation: &Conversation,
         path: &JsonPath,
+        response_id: Option<&str>,
     ) -> Result<ChatToolResults, OpenAiDispatchError> {
-        let turn = chat_turn(message, path)?;
+        let mut turn = chat_turn(message, path)?;
+        // The response's id is the turn's identity (D10), as for the JSON response.
+        if let Some(id) = response_id.filter(|id| !id.is_empty()) {
+            turn.identify(id);
+        }
         let outcome = self.dispatch_turn(&turn, conversation).await;
         let messages = outcome
             .messages()

@@ -109,12 +109,16 @@ impl Dispatcher {
             &response.output,
             conversation,
             &JsonPath::root().key("output"),
+            Some(&response.id),
         )
         .await
     }
 
     /// [`dispatch_response`](Self::dispatch_response) for a list of output items
-    /// (`response.output`, or the items collected from a stream).
+    /// (`response.output`, or the items collected from a stream). The items carry no
+    /// response id: their calls have no turn identity, so `scope = "call"` tools are keyed
+    /// by the call id alone (D10); prefer `dispatch_response`, which keys them within the
+    /// response's `id`.
     ///
     /// Needs the `async-openai` feature ([`integrations::async_openai`](crate::integrations::async_openai)).
     ///
@@ -125,7 +129,7 @@ impl Dispatcher {
         output: &[OutputItem],
         conversation: &Conversation,
     ) -> Result<ResponseToolResults, OpenAiDispatchError> {
-        self.dispatch_items(output, conversation, &JsonPath::root())
+        self.dispatch_items(output, conversation, &JsonPath::root(), None)
             .await
     }
 
@@ -134,8 +138,13 @@ impl Dispatcher {
         output: &[OutputItem],
         conversation: &Conversation,
         path: &JsonPath,
+        response_id: Option<&str>,
     ) -> Result<ResponseToolResults, OpenAiDispatchError> {
-        let turn = responses_turn(output, path)?;
+        let mut turn = responses_turn(output, path)?;
+        // The response's id is the turn's identity (D10), as for the JSON response.
+        if let Some(id) = response_id.filter(|id| !id.is_empty()) {
+            turn.identify(id);
+        }
         let outcome = self.dispatch_turn(&turn, conversation).await;
         let items = outcome
             .messages()
