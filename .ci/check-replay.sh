@@ -55,6 +55,11 @@ for lost in "" "--lose-first-response"; do
   quirk mcp-bare-call-params.json "$lost" 1 1 0
   quirk gemini-integral-floats.json "$lost" 2 1 1
   quirk openai-chat-reused-call-ids.json "$lost" 2 1 1
+  quirk openai-chat-parallel-wrapper-four-searches.json "--scope call $lost" 4 4 0
+  quirk openai-chat-parallel-wrapper-two-identical.json "--scope call $lost" 2 2 0
+  quirk openai-responses-parallel-wrapper.json "--scope call $lost" 2 2 0
+  quirk mcp-bare-call-params.json "--scope call $lost" 1 1 0
+  quirk gemini-integral-floats.json "--scope call $lost" 2 2 0
   quirk openai-chat-reused-call-ids.json "--scope call $lost" 2 2 0
 done
 # Each call's status comes from its own outcome (D11): with call ids repeated across turns,

@@ -341,6 +341,8 @@ fn init_tracing() {
         .with_env_filter(filter)
         .with_span_events(FmtSpan::CLOSE)
         .with_ansi(std::io::stderr().is_terminal())
+        // A closed stderr (`… 2>&1 | head`) drops the traces instead of aborting.
+        .log_internal_errors(false)
         .with_writer(std::io::stderr)
         .init();
 }
