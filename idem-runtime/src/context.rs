@@ -66,9 +66,9 @@ struct Outcomes {
     /// The outcomes of the latest [`CallContext::OUTCOMES_KEPT`] calls to finish, oldest
     /// first, one per key.
     by_key: VecDeque<CallRecord>,
-    /// The claims calls made directly under this context won, as (key, fence), the latest
-    /// [`CallContext::OUTCOMES_KEPT`]: a later replay of a record with one of them is the
-    /// outcome of a run made here (D11).
+    /// The runs made directly under this context whose outcome is being saved, as (key,
+    /// fence), the latest [`CallContext::OUTCOMES_KEPT`]: a later replay of a record with one
+    /// of them is the outcome of a run made here (D11).
     claims: VecDeque<(IdempotencyKey, u64)>,
 }
 
@@ -157,6 +157,7 @@ impl CallContext {
         let slot = AttemptSlot {
             record: attempt,
             taken: Arc::new(AtomicBool::new(false)),
+            outcome: Arc::default(),
         };
         self.edit(|inner| inner.attempt = Some(slot))
     }
@@ -289,8 +290,9 @@ impl CallContext {
         outcomes.last_key = Some(key.clone());
     }
 
-    /// Notes that a call made directly under this context claimed `key` with `fence` (its
-    /// body runs next): the run whose outcome a record with that key and fence holds.
+    /// Notes that a call made directly under this context ran the body under the claim of
+    /// `key` with `fence` and is saving its outcome: the run a record with that key and fence
+    /// holds (a released claim is never noted: the key's next claim may reuse the fence).
     pub(crate) fn note_claim(&self, key: &IdempotencyKey, fence: u64) {
         let mut outcomes = self.outcomes();
         if outcomes.claims.len() >= Self::OUTCOMES_KEPT {
@@ -308,14 +310,26 @@ impl CallContext {
             .any(|(key, fence)| *key == record.key && *fence == record.fence)
     }
 
-    /// The outcome of the dispatched call this context belongs to (S12, D11): when the call
-    /// carries a key (K9), the outcome of the call with that key, so a handler that makes
-    /// other `#[idempotent]` calls after it does not report theirs; else (a tool whose
+    /// The outcome of the dispatched call this context belongs to (S12, D11): when a call of
+    /// the attempt's tool took the attempt slot (K9), that call's own outcome (`None` if it
+    /// ended without one, as with `MissingScope`), so other `#[idempotent]` calls the
+    /// handler makes, before or after, never stand for it; else (a tool whose
     /// `#[idempotent]` name differs from the name it is registered under) the last outcome.
     pub(crate) fn dispatched_outcome(&self) -> Option<CallRecord> {
-        match self.attempt().and_then(|attempt| attempt.derived()) {
-            Some(carried) => self.outcome_of(&carried.key),
-            None => self.last_outcome(),
+        match &self.inner.attempt {
+            Some(slot) if slot.taken.load(Ordering::SeqCst) => slot
+                .outcome
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone(),
+            _ => self.last_outcome(),
+        }
+    }
+
+    /// Keeps `record` as the outcome of the call that took the attempt slot (D11).
+    pub(crate) fn set_carried_outcome(&self, record: &CallRecord) {
+        if let Some(slot) = &self.inner.attempt {
+            *slot.outcome.lock().unwrap_or_else(PoisonError::into_inner) = Some(record.clone());
         }
     }
 
@@ -408,6 +422,8 @@ pub struct AttemptRecord {
 struct AttemptSlot {
     record: Arc<AttemptRecord>,
     taken: Arc<AtomicBool>,
+    /// The outcome of the call that took the slot (the dispatched call's own, D11).
+    outcome: Arc<Mutex<Option<CallRecord>>>,
 }
 
 impl AttemptRecord {

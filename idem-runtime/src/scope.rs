@@ -88,15 +88,28 @@ impl Scope {
                 message: why,
             })
         };
+        // A named scope spelled like a built-in one would resolve to the built-in's path (a
+        // hand-built `conversation+turn+call` composite to a call scope's, D10): refused, as
+        // the attribute refuses it (K12).
+        let named_well = |name: &str| {
+            crate::label::is_scope_name(name)
+                && ![
+                    Scope::Conversation.kind(),
+                    Scope::Call.kind(),
+                    Scope::Global.kind(),
+                ]
+                .contains(&name)
+        };
         match self {
-            Scope::Named(name) if !crate::label::is_scope_name(name) => refuse(format!(
-                "scope name {name:?} is not a scope name: ASCII letters, digits, `_`, `-`, `.` \
-                 and `:`, starting with a letter (a composite is `Scope::Composite`)"
+            Scope::Named(name) if !named_well(name) => refuse(format!(
+                "scope name {name:?} is not a scope name of its own: ASCII letters, digits, `_`, \
+                 `-`, `.` and `:`, starting with a letter, and not `conversation`, `call` or \
+                 `global` (use those scopes; a composite is `Scope::Composite`)"
             )),
             Scope::Composite { kind, parts } => {
                 let named_well = parts.iter().all(|part| match part {
                     Scope::Conversation => true,
-                    Scope::Named(name) => crate::label::is_scope_name(name),
+                    Scope::Named(name) => named_well(name),
                     _ => false,
                 });
                 let joined = parts.iter().map(Scope::kind).collect::<Vec<_>>().join("+");

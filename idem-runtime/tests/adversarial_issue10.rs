@@ -294,6 +294,7 @@ struct Everything {
 // pins D8: every integer type, nested, optional, map values, tuples, NonZero and Box read
 // `N.0`; a string "57.0" is never a number, and the error names the path.
 #[tokio::test]
+#[allow(clippy::excessive_precision)] // the exact spellings of the edge doubles are the point
 async fn every_integer_type_and_strings_stay_strings() {
     let dispatcher = dispatcher_with(vec![typed::<Everything>("all")], engine());
     let args = |s: Value| {

@@ -1,7 +1,8 @@
 //! Second adversarial review: the fixes of the issue-10 review (commit ad7024e).
 //!
-//! `finding_*` tests fail on the reviewed commit and name the rule they show broken;
-//! `held_*` tests pin what was tried and held.
+//! Each finding is pinned as the rule it broke, now kept; the rest pin what was tried and
+//! held. A `serde_json::Value` parameter beside a flattened struct that needed the second
+//! decode sees integers: documented on `Tool` and in D8.
 
 mod common;
 
@@ -83,13 +84,11 @@ fn refund_then_notify_anyway(log: &EffectLog) -> Tool {
     })
 }
 
-// FINDING (D11, S12, S13, K9): the carried tool's call fails before it derives its key
-// (`MissingScope`: the conversation has no `tenant`); the notice after it runs. The call
-// took the attempt (K9) but derived nothing, so `dispatched_outcome` falls back to the
-// last outcome: the report says the refund call `executed`, with the notice's key and
-// record, although the refund never reached the store.
+// pins D11, S12, S13, K9: when the carried tool's call fails before it derives its key
+// (`MissingScope`), the dispatched call has no outcome: another `#[idempotent]` call the
+// handler makes after it never stands for it
 #[tokio::test]
-async fn finding_a_carried_call_that_fails_before_its_key_reports_the_next_calls_outcome() {
+async fn a_carried_call_that_fails_before_its_key_has_no_outcome() {
     let log = EffectLog::new();
     let dispatcher = Dispatcher::builder()
         .tool(refund_then_notify_anyway(&log))
@@ -149,14 +148,11 @@ fn refund_twice(log: &EffectLog) -> Tool {
     })
 }
 
-// FINDING (D11, D6, S12, K9): the handler calls the carried tool a second time with the
-// same arguments (only the first carries, K9; the second derives the same key and
-// replays the first in process). The second call's replayed record replaces the first's
-// under the key, so the reply's record says `replayed` and the model is told
-// "[idem: replayed; first run at …]" on the very first dispatch of the call whose own
-// attempt ran the refund (own_status is `executed` through the claim note).
+// pins D11, D6, S12, K9: a handler that calls the carried tool a second time with the same
+// arguments (an in-process replay) leaves the first call's run as the dispatched call's
+// outcome: `executed`, unmarked
 #[tokio::test]
-async fn finding_a_second_call_of_the_carried_tool_makes_the_first_run_a_replay() {
+async fn a_second_call_of_the_carried_tool_leaves_the_first_run_its_outcome() {
     let log = EffectLog::new();
     let dispatcher = Dispatcher::builder()
         .tool(refund_twice(&log))
@@ -188,11 +184,10 @@ async fn finding_a_second_call_of_the_carried_tool_makes_the_first_run_a_replay(
     assert!(problems.is_empty(), "{problems:#?}");
 }
 
-// FINDING? (D11, D6): the transport loses the first attempt's reply; the retry replays
-// the record that attempt claimed, and the report says `executed` (own run). D11 says the
-// replay marker follows the same rule, but the model is told the result is a replay.
+// pins D11, D6: when the transport loses the reply of the call's own run and the retry
+// replays it, the result is not marked as a replay: the call ran now
 #[tokio::test]
-async fn finding_a_lost_reply_of_the_calls_own_run_is_marked_as_a_replay() {
+async fn a_lost_reply_of_the_calls_own_run_is_not_marked() {
     let log = EffectLog::new();
     let refund = spec("refund", Scope::Conversation);
     let tool = {
@@ -231,10 +226,10 @@ async fn finding_a_lost_reply_of_the_calls_own_run_is_marked_as_a_replay() {
     );
 }
 
-// held (D11, K9): a sync tool whose handler refunds, then notifies (replayed on the second
+// pins D11, K9: a sync tool whose handler refunds, then notifies (replayed on the second
 // turn): the second turn's refund is `executed`, unmarked, with the refund's key.
 #[tokio::test]
-async fn held_a_sync_handler_reports_the_carried_key() {
+async fn a_sync_handler_reports_the_carried_key() {
     static SYNC_REFUND: ToolSpec = ToolSpec::new("sync_refund");
     static SYNC_NOTIFY: ToolSpec = ToolSpec::new("sync_notify");
     let log = EffectLog::new();
@@ -340,14 +335,12 @@ impl Transport for InterleavingTransport {
     }
 }
 
-// FINDING (D11, S12, S2): call A's first attempt claims the key (fence 1) and releases it
-// (a retryable error: the effect did not happen). Another dispatched call B (the model
-// asked again in the next turn; another process sharing the store) claims the key afresh,
-// again with fence 1 (F1: a released record is deleted), and refunds. A's retry replays
-// B's record: same key, same fence as A's own released claim, so the claim note counts it
-// as A's own run. Both calls report `executed` for one refund.
+// pins D11, S12, S2: call A's first attempt claims the key (fence 1), fails retryably and
+// releases; call B claims afresh (fence 1 again) and runs; A's retry replays B's outcome:
+// A is `replayed` (a released run is never the call's own, and (key, fence) is noted only
+// for a run whose outcome is being saved)
 #[tokio::test]
-async fn finding_a_released_claim_makes_another_calls_run_count_as_own() {
+async fn a_released_claim_never_makes_another_calls_run_its_own() {
     let log = EffectLog::new();
     let runs = Arc::new(AtomicUsize::new(0));
     let shared = engine();
@@ -395,12 +388,10 @@ async fn finding_a_released_claim_makes_another_calls_run_count_as_own() {
     );
 }
 
-// FINDING (D11, D4): the same within one turn: the model emitted the refund twice (D4).
-// A claims, its first run releases; B, waiting on A's claim (S5), claims afresh (fence 1)
-// and refunds while A backs off; A's retry replays B's record. One refund, two calls
-// `executed`.
+// pins D11, D4: the same within one turn (the model emitted the refund twice): one effect,
+// one call that ran it
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn finding_equal_calls_in_one_turn_both_report_executed() {
+async fn equal_calls_in_one_turn_have_one_executed() {
     let log = EffectLog::new();
     let runs = Arc::new(AtomicUsize::new(0));
     let dispatcher = Dispatcher::builder()
@@ -434,11 +425,11 @@ async fn finding_equal_calls_in_one_turn_both_report_executed() {
 // 3. Scope paths with `turn`
 // =======================================================================================
 
-// held (D10, P1): `idem key`'s path for a call-scoped call of a response with an id
+// pins D10, P1: `idem key`'s path for a call-scoped call of a response with an id
 // (`conversation=…/turn=…/call=…`, what the CLI builds with `ScopePath::from_parts`)
 // gives the key the dispatcher derived.
 #[tokio::test]
-async fn held_key_of_a_turn_path_is_the_dispatched_key() {
+async fn key_of_a_turn_path_is_the_dispatched_key() {
     let log = EffectLog::new();
     let shared = engine();
     let dispatcher = Dispatcher::builder()
@@ -454,21 +445,18 @@ async fn held_key_of_a_turn_path_is_the_dispatched_key() {
         .dispatch_turn(&one_turn(&response), &Conversation::new("c"))
         .await;
     let key = outcome.calls[0].key.clone().unwrap();
-    let path: ScopePath = "conversation=c/turn=%23resp%2F1%3Dx/call=call_0"
+    // The response id `#resp/1=x` is the turn `##resp/1=x` (a leading `#` is doubled, D10).
+    let path: ScopePath = "conversation=c/turn=%23%23resp%2F1%3Dx/call=call_0"
         .parse()
         .unwrap();
     let query = CallQuery::new("roll", path, json!({"args": {"sides": 6}}));
     assert_eq!(shared.key_of(&query).unwrap(), key);
 }
 
-// FINDING (K1, K7, D10): a hand-built composite scope whose parts are `conversation`, a
-// named scope `turn` and a named scope `call` passes `Scope::check` (it refuses only
-// non-names), and resolves to the very path a `scope = "call"` call of a response resolves
-// to: the two calls share a key. Before D10 the call path `conversation=…/call=…` had a
-// component of its own (kind `call`, within); the turn path is now keyed as a composite,
-// so a composite that names built-in parts can pose as it.
+// pins K1, K7, K12, D10: a hand-built scope whose named parts are spelled `call`,
+// `conversation` or `global` is refused, so it can never resolve to a call scope's path
 #[tokio::test]
-async fn finding_a_composite_with_named_turn_and_call_parts_shares_a_call_scoped_key() {
+async fn a_named_part_spelled_like_a_built_in_scope_is_refused() {
     let shared = engine();
     let call_scoped = spec("roll", Scope::Call);
     static PARTS: [Scope; 3] = [
@@ -511,6 +499,7 @@ async fn finding_a_composite_with_named_turn_and_call_parts_shares_a_call_scoped
 
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
+#[allow(dead_code)] // read through `Debug`
 enum Limit {
     /// At most this many items.
     Count(u64),
@@ -520,6 +509,7 @@ enum Limit {
 
 #[derive(Debug, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+#[allow(dead_code)] // read through `Debug`
 enum Order {
     Box { qty: u64 },
 }
@@ -540,14 +530,10 @@ fn reserve(seen: &Arc<Mutex<Vec<String>>>) -> Tool {
     })
 }
 
-// FINDING (D8, D2): `limit: 1.0` decodes as `Ratio(1.0)` (the untagged enum fits it as
-// written) when the other argument is written `qty: 2`, but as `Count(1)` when it is
-// written `qty: 2.0`: the first decode fails on `qty` (buffered in an internally tagged
-// enum), and the second decode rewrites every integral number, `limit` too, so the
-// untagged enum now picks another variant. The spelling of one argument changes the
-// meaning of another: the tool reserves 1 item instead of 100% of the stock.
+// pins D8, D2: the second decode rewrites only the subtree the first error is at: an
+// untagged `limit: 1.0` beside a buffered `qty: 2.0` keeps its meaning (`Ratio`)
 #[tokio::test]
-async fn finding_the_second_decode_changes_an_unrelated_untagged_value() {
+async fn the_second_decode_leaves_other_arguments_as_written() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let dispatcher = Dispatcher::builder()
         .tool(reserve(&seen))
@@ -585,12 +571,11 @@ struct ForwardArgs {
     payload: Value,
 }
 
-// FINDING (D8 as `Tool`'s documentation states it: "a `serde_json::Value` parameter keeps
-// `57.0` as a float"): beside a flattened integer written `2.0`, the second decode also
-// rewrites the `Value` parameter: the tool forwards `{"price": 57}` where the model wrote
-// `57.0` (and `57.0` stays a float when `qty` is written `2`).
+// pins D8 (as documented on `Tool`): beside a flattened struct (whose error serde reports
+// at the whole object) that needed the second decode, a `serde_json::Value` parameter sees
+// `57.0` as `57`; with the integer written as one, no second decode and `57.0` stays
 #[tokio::test]
-async fn finding_the_second_decode_rewrites_a_value_parameter() {
+async fn a_value_beside_a_flattened_struct_is_rewritten_with_it() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let tool = {
         let seen = Arc::clone(&seen);
@@ -616,13 +601,13 @@ async fn finding_the_second_decode_rewrites_a_value_parameter() {
             outcome.calls[0].reply
         );
     }
-    assert_eq!(*seen.lock().unwrap(), [true, true], "payload.price is_f64");
+    assert_eq!(*seen.lock().unwrap(), [true, false], "payload.price is_f64");
 }
 
-// held (D8, D2): a truly bad argument beside a buffered integral float still gets the
+// pins D8, D2: a truly bad argument beside a buffered integral float still gets the
 // first decode's error, naming its path.
 #[tokio::test]
-async fn held_a_bad_argument_keeps_the_first_error() {
+async fn a_bad_argument_keeps_the_first_error() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let dispatcher = Dispatcher::builder()
         .tool(reserve(&seen))
@@ -655,32 +640,27 @@ fn turn_ids(document: &Value) -> Vec<Option<String>> {
         .collect()
 }
 
-// FINDING (D10): a response whose own id begins with `#` (a gateway's, a proxy's) keeps
-// its id as its turn identity alone, but in an array of responses `identified` takes it
-// for a position and rewrites it (`#7` → `#0.7`): the same response, re-read from an array
-// of responses (where D10 says a response keeps its own id), is another turn, and a
-// `scope = "call"` tool runs again.
+// pins D10: a response whose own id begins with `#` gets one more (`##7`): never read as a
+// position, it is the same alone and in an array of responses
 #[tokio::test]
-async fn finding_a_response_id_starting_with_hash_is_rewritten_in_an_array() {
+async fn a_response_id_starting_with_hash_is_never_a_position() {
     let response = chat_response(
         "#7",
         chat_message(vec![chat_call("call_0", "roll", r#"{"sides":6}"#)]),
     );
     let alone = turn_ids(&response);
     let in_array = turn_ids(&json!([response.clone()]));
-    assert_eq!(alone, [Some("#7".to_owned())]);
+    assert_eq!(alone, [Some("##7".to_owned())]);
     assert_eq!(
         in_array, alone,
         "the response's own id, rewritten in an array"
     );
 }
 
-// FINDING (D10, K1): a response whose id is `#1` and the message at position 1 of a
-// history are two turns with one identity `#1`: with call ids reused by position
-// (`call_0` in every turn), the history's call replays the response's outcome although
-// it is another call.
+// pins D10, K1: a response whose id is `#1` and the message at position 1 of a history are
+// two turns with two identities (`##1`, `#1`)
 #[tokio::test]
-async fn finding_a_hash_response_id_shares_a_position_identity() {
+async fn a_hash_response_id_and_a_position_are_two_turns() {
     let log = EffectLog::new();
     let dispatcher = Dispatcher::builder()
         .tool(common::tools::logged(spec("roll", Scope::Call), &log))

@@ -55,9 +55,6 @@ impl ClaimedCall {
     pub(super) fn new(call: PreparedCall, ownership: Ownership, blocking: bool) -> Self {
         let (store, clock) = (call.engine.store(), call.engine.clock());
         call.trace.claimed(ownership.fence);
-        if let Some(context) = &call.context {
-            context.note_claim(&call.key, ownership.fence);
-        }
         let claimed_at = ownership.lifetime.created_at;
         let attempt = AttemptInfo::new(
             call.key.clone(),
@@ -316,6 +313,13 @@ impl ClaimedCall {
     /// goes away (U5), and then the call's status (V2). Answers whether the outcome was
     /// saved.
     fn finish_write(&self, step: FinishStep) -> Detachable<bool> {
+        // Before the outcome can be seen in the store: a retry that replays it even before
+        // this call publishes its outcome knows it as this call's own run (D11). Noted only
+        // for an outcome to save, never a release, after which the key's next claim starts
+        // again at fence 1 and the same (key, fence) is another run.
+        if let (FinishStep::Complete(..), Some(context)) = (&step, &self.call.context) {
+            context.note_claim(&self.call.key, self.attempt.fence());
+        }
         let (store, clock) = (
             Arc::clone(self.call.engine.store()),
             Arc::clone(self.call.engine.clock()),

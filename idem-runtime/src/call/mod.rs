@@ -54,6 +54,9 @@ pub struct PreparedCall {
     key: IdempotencyKey,
     fingerprint: Fingerprint,
     label: RecordLabel,
+    /// Whether this call took its context's attempt slot (K9): its outcome is then the
+    /// dispatched call's own (D11).
+    carries: bool,
     /// The call's span (V1), from here to the call's end.
     trace: CallTrace,
 }
@@ -104,6 +107,7 @@ where
     trace.namespace(engine.namespace());
     let spec = engine.effective_spec(spec).map_err(fail)?;
     let attempt = context.as_ref().and_then(|c| c.take_attempt_for(spec.name));
+    let carries = attempt.is_some();
     if let Some(carried) = attempt.and_then(|a| a.derived()) {
         trace.key(&carried.key);
         if let Some(context) = &context {
@@ -117,6 +121,7 @@ where
             key: carried.key,
             fingerprint: carried.fingerprint,
             label: carried.label,
+            carries,
             trace,
         });
     }
@@ -161,6 +166,7 @@ where
         key,
         fingerprint,
         label,
+        carries,
         trace,
     })
 }
@@ -357,6 +363,9 @@ impl PreparedCall {
             fence: lifetime.fence,
         };
         if let Some(context) = &self.context {
+            if self.carries {
+                context.set_carried_outcome(&record);
+            }
             context.set_last_outcome(record);
         }
     }

@@ -41,10 +41,12 @@
 //! Values that serde buffers before deciding their type (`#[serde(flatten)]`, untagged,
 //! internally and adjacently tagged enums) are decoded by serde's private buffer, out of
 //! the wrapper's reach: when decoding fails and the arguments hold integral numbers written
-//! with a fraction or exponent, they are decoded once more with those numbers written as
-//! integers (within the 64-bit ranges above), and that decoding stands if it fits; else
-//! the first error does. (A value that fits as written, such as an untagged
-//! `Int(u64) | Float(f64)` reading `57.0` as `Float`, is never decoded again.)
+//! with a fraction or exponent, the subtree the error is at is decoded again with those
+//! numbers written as integers (within the 64-bit ranges above), one subtree per attempt
+//! (at most 8), and that decoding stands if it fits; else the first error does. Arguments
+//! elsewhere keep their spelling; a flattened struct's error is at the whole object, so a
+//! `serde_json::Value` beside it sees integers then. (A value that fits as written, such as
+//! an untagged `Int(u64) | Float(f64)` reading `57.0` as `Float`, is never decoded again.)
 //!
 //! With serde_json's `arbitrary_precision` feature on (K4: cargo unifies features), a
 //! `Number` keeps its text, and serde_json's own integer deserializers parse that text as
@@ -123,69 +125,101 @@ pub(crate) fn decode_argument<T: DeserializeOwned>(
     decode_at(Some(name), value)
 }
 
+/// How many subtrees a decode rewrites at most ([`decode_at`]), one per failed attempt.
+const MOST_REWRITES: usize = 8;
+
 fn decode_at<T: DeserializeOwned>(prefix: Option<&str>, value: Value) -> Result<T, ArgumentsError> {
-    let integral = integers_written_as_integers(&value);
-    serde_path_to_error::deserialize(Integral(value))
-        .or_else(|error| match integral {
-            // A value serde buffered before knowing its type (an internally, adjacently or
-            // untagged enum, `#[serde(flatten)]`) is out of the wrapper's reach: decoded
-            // again with every integral number written as an integer, it fits if only that
-            // was wrong. The first error stands otherwise.
-            Some(rewritten) => {
-                serde_path_to_error::deserialize(Integral(rewritten)).map_err(|_| error)
+    // Kept only when a second decode could help: the value holds integral doubles.
+    let mut rewritable = holds_integral_double(&value).then(|| value.clone());
+    let first = match serde_path_to_error::deserialize(Integral(value)) {
+        Ok(decoded) => return Ok(decoded),
+        Err(error) => error,
+    };
+    // A value serde buffered before knowing its type (an internally, adjacently or untagged
+    // enum, `#[serde(flatten)]`) is out of the wrapper's reach: the subtree the error is at
+    // is decoded again with its integral numbers written as integers, one subtree per
+    // attempt, so arguments elsewhere keep their spelling. The first error stands otherwise.
+    if let Some(current) = rewritable.as_mut() {
+        let mut path = first.path().clone();
+        for _ in 0..MOST_REWRITES {
+            if !write_integers(subtree_at(current, &path)) {
+                break;
             }
-            None => Err(error),
-        })
-        .map_err(|error| ArgumentsError {
-            path: render(prefix, error.path()),
-            message: error.inner().to_string(),
-        })
+            match serde_path_to_error::deserialize(Integral(current.clone())) {
+                Ok(decoded) => return Ok(decoded),
+                Err(error) => path = error.path().clone(),
+            }
+        }
+    }
+    Err(ArgumentsError {
+        path: render(prefix, first.path()),
+        message: first.inner().to_string(),
+    })
 }
 
-/// `value` with every number whose value is an integer within the 64-bit ranges (as
-/// [`visit_integral`] accepts them) written as that integer; `None` when there is none to
-/// rewrite.
-fn integers_written_as_integers(value: &Value) -> Option<Value> {
-    /// The integer a number written with a fraction or exponent names, if it names one.
-    fn integer(number: &serde_json::Number) -> Option<serde_json::Number> {
-        if number.is_i64() || number.is_u64() {
-            return None;
-        }
-        let v = number.as_f64().filter(|v| v.fract() == 0.0)?;
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        if (0.0..U64_END).contains(&v) {
-            Some(serde_json::Number::from(v as u64))
-        } else if v > I64_MIN && v < 0.0 {
-            Some(serde_json::Number::from(v as i64))
-        } else {
-            None
-        }
-    }
-    fn holds_one(value: &Value) -> bool {
-        match value {
-            Value::Number(number) => integer(number).is_some(),
-            Value::Array(items) => items.iter().any(holds_one),
-            Value::Object(members) => members.values().any(holds_one),
-            _ => false,
-        }
-    }
-    fn rewrite(value: &mut Value) {
-        match value {
-            Value::Number(number) => {
-                if let Some(integer) = integer(number) {
-                    *number = integer;
-                }
+/// The value at `path` in `value`, as far as the path leads through members and elements
+/// (a variant or an unknown segment ends it there).
+fn subtree_at<'a>(value: &'a mut Value, path: &Path) -> &'a mut Value {
+    let mut node = value;
+    for segment in path.iter() {
+        let next = match (segment, &*node) {
+            (Segment::Map { key }, Value::Object(members)) if members.contains_key(key) => key,
+            (Segment::Seq { index }, Value::Array(items)) if *index < items.len() => {
+                node = &mut node[*index];
+                continue;
             }
-            Value::Array(items) => items.iter_mut().for_each(rewrite),
-            Value::Object(members) => members.values_mut().for_each(rewrite),
-            _ => {}
-        }
+            _ => break,
+        };
+        node = &mut node[next.as_str()];
     }
-    holds_one(value).then(|| {
-        let mut copy = value.clone();
-        rewrite(&mut copy);
-        copy
-    })
+    node
+}
+
+/// The integer a number written with a fraction or exponent names, if it names one within
+/// the ranges [`visit_integral`] accepts.
+fn integer_of(number: &serde_json::Number) -> Option<serde_json::Number> {
+    if number.is_i64() || number.is_u64() {
+        return None;
+    }
+    let v = number.as_f64().filter(|v| v.fract() == 0.0)?;
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    if (0.0..U64_END).contains(&v) {
+        Some(serde_json::Number::from(v as u64))
+    } else if v > I64_MIN && v < 0.0 {
+        Some(serde_json::Number::from(v as i64))
+    } else {
+        None
+    }
+}
+
+/// Whether `value` holds a number [`integer_of`] would write as an integer.
+fn holds_integral_double(value: &Value) -> bool {
+    match value {
+        Value::Number(number) => integer_of(number).is_some(),
+        Value::Array(items) => items.iter().any(holds_integral_double),
+        Value::Object(members) => members.values().any(holds_integral_double),
+        _ => false,
+    }
+}
+
+/// Writes every integral double in `value` as its integer; whether there was one.
+fn write_integers(value: &mut Value) -> bool {
+    match value {
+        Value::Number(number) => match integer_of(number) {
+            Some(integer) => {
+                *number = integer;
+                true
+            }
+            None => false,
+        },
+        Value::Array(items) => items
+            .iter_mut()
+            .fold(false, |any, item| write_integers(item) | any),
+        Value::Object(members) => members
+            .values_mut()
+            .fold(false, |any, member| write_integers(member) | any),
+        _ => false,
+    }
 }
 
 /// `items[2].qty`: member names and variants joined by `.`, indexes in brackets, after

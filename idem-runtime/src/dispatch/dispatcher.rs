@@ -381,7 +381,11 @@ fn report(
     mark_replays: bool,
     ran: Option<OwnRun>,
 ) -> CallReport {
-    let record = reply.record.as_ref().filter(|_| mark_replays);
+    // A call whose own run's reply was lost ran now: its retry's replay is not marked (D11).
+    let record = reply
+        .record
+        .as_ref()
+        .filter(|_| mark_replays && ran.is_none());
     CallReport {
         id: call.id.clone(),
         tool: call.name.clone(),
@@ -402,7 +406,9 @@ fn own_run(contexts: &[CallContext], reply: &ToolReply) -> Option<OwnRun> {
     let ran_here = contexts.iter().zip(1..).find_map(|(context, attempt)| {
         context
             .dispatched_outcome()
-            .filter(|record| record.status != CallStatus::Replayed)
+            // A run whose outcome was not saved (a retryable error released the claim)
+            // is not the outcome the call ends with.
+            .filter(|record| record.status != CallStatus::Replayed && record.recorded)
             .map(|record| OwnRun { attempt, record })
     });
     ran_here.or_else(|| {

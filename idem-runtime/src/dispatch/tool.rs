@@ -48,8 +48,9 @@ type CallFn = dyn Fn(Value, CallContext) -> ReplyFuture + Send + Sync;
 /// Other types see the number as it is: an `f64` parameter gets `57.5`, a
 /// `serde_json::Value` parameter keeps `57.0` as a float, a string is never a number.
 /// Inside `#[serde(flatten)]`, untagged and tagged enums (which serde buffers before it
-/// knows the type), arguments that do not fit as written are decoded once more with their
-/// integral numbers written as integers.
+/// knows the type), arguments that do not fit as written are decoded once more with the
+/// integral numbers of the subtree the error is at written as integers (beside a flattened
+/// struct that is the whole object, so a `Value` parameter there sees `57`).
 ///
 /// [`mark_replays`](Tool::mark_replays) chooses, for this tool alone, whether a replayed
 /// result tells the model it is a replay (D6).

@@ -20,18 +20,36 @@ pub struct Turn {
 }
 
 impl Turn {
-    /// Gives every call that has none the turn identity `id` (D10).
+    /// Gives every call that has none the turn identity of a response whose id is `id`
+    /// (D10). An id that begins with `#` gets one more `#` (`#7` → `##7`), so no response id
+    /// ever reads as a position (`#7`, [`identify_by_position`](Self::identify_by_position)).
     pub(crate) fn identify(&mut self, id: &str) {
-        for call in &mut self.calls {
-            call.turn_id.get_or_insert_with(|| id.to_owned());
-        }
+        let identity = if id.starts_with('#') {
+            format!("#{id}")
+        } else {
+            id.to_owned()
+        };
+        self.set_identity(&identity);
     }
 
-    /// [`identify`](Self::identify) with the identity of a message at `position` in a
-    /// history or an array of turns: `#` and the position (D10).
+    /// Gives every call that has none the identity of a message at `position` in a history
+    /// or an array of turns: `#` and the position (D10).
     pub(crate) fn identify_by_position(&mut self, position: usize) {
-        self.identify(&format!("#{position}"));
+        self.set_identity(&format!("#{position}"));
     }
+
+    fn set_identity(&mut self, identity: &str) {
+        for call in &mut self.calls {
+            call.turn_id.get_or_insert_with(|| identity.to_owned());
+        }
+    }
+}
+
+/// Whether a turn identity is a position (`#3`, `#0.2`), not a response's id (D10).
+pub(crate) fn is_position(identity: &str) -> bool {
+    identity
+        .strip_prefix('#')
+        .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
 }
 
 /// One tool call the model asked for.
@@ -73,7 +91,9 @@ pub struct ToolCall {
     pub request_id: Option<Value>,
     /// The identity of the assistant message the call came from, where the document has
     /// one (D10): the response's own id (`chatcmpl-…`, `resp_…`, `msg_…`, Gemini
-    /// `responseId`), else the message's position in a history or array of turns (`#3`).
+    /// `responseId`; one that begins with `#` gets one more, `##7`), else the message's
+    /// position in a history or array of turns (`#3`; inside an element of an array,
+    /// `#<element>.<position>`).
     /// `None` for a lone message without an id. A `scope = "call"` key includes it, so a
     /// provider that reuses call ids by position (`call_0` in every turn) never makes a
     /// later turn's call replay an earlier one (K7).

@@ -6,6 +6,7 @@ use super::error::ParseError;
 use super::path::{describe, describe_object, JsonPath};
 use super::read::{role, Reader};
 use super::{anthropic, gemini, mcp, openai_chat, openai_responses};
+use crate::dispatch::turn::is_position;
 use crate::dispatch::{Provider, Turn};
 
 /// The provider whose format `object` is in, by the members only that format has.
@@ -117,7 +118,8 @@ fn provider_turns(
 fn identified(mut turns: Vec<Turn>, position: usize) -> Vec<Turn> {
     for turn in &mut turns {
         for call in &mut turn.calls {
-            if let Some(inner) = call.turn_id.as_deref().and_then(|id| id.strip_prefix('#')) {
+            let inner = call.turn_id.as_deref().filter(|id| is_position(id));
+            if let Some(inner) = inner.and_then(|id| id.strip_prefix('#')) {
                 call.turn_id = Some(format!("#{position}.{inner}"));
             }
         }
