@@ -8,6 +8,9 @@
 
 mod common;
 
+use common::chat::{
+    chat_call, chat_message, chat_response, chat_wrapper, entry, one_turn, WRAPPER,
+};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,35 +33,6 @@ use idem_runtime::{
 };
 use serde::Deserialize;
 use serde_json::{json, Value};
-
-const WRAPPER: &str = "multi_tool_use.parallel";
-
-fn chat_call(id: &str, name: &str, arguments: &str) -> Value {
-    json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments}})
-}
-
-fn entry(name: &str, parameters: Value) -> Value {
-    json!({"recipient_name": format!("functions.{name}"), "parameters": parameters})
-}
-
-fn chat_wrapper(id: &str, entries: Vec<Value>) -> Value {
-    chat_call(id, WRAPPER, &json!({ "tool_uses": entries }).to_string())
-}
-
-fn chat_message(calls: Vec<Value>) -> Value {
-    json!({"role": "assistant", "content": null, "tool_calls": calls})
-}
-
-fn chat_response(id: &str, message: Value) -> Value {
-    json!({"id": id, "object": "chat.completion", "choices": [
-        {"index": 0, "finish_reason": "tool_calls", "message": message}]})
-}
-
-fn one_turn(document: &Value) -> Turn {
-    let mut turns = parse_turns(document).unwrap();
-    assert_eq!(turns.len(), 1, "{document}");
-    turns.remove(0)
-}
 
 fn dispatcher_with(tools: Vec<Tool>, engine: Engine) -> Dispatcher {
     Dispatcher::builder()

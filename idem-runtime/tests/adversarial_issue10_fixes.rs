@@ -6,6 +6,7 @@
 
 mod common;
 
+use common::chat::{chat_call, chat_message, chat_response, one_turn};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,25 +24,6 @@ use idem_runtime::{
 };
 use serde::Deserialize;
 use serde_json::{json, Value};
-
-fn chat_call(id: &str, name: &str, arguments: &str) -> Value {
-    json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments}})
-}
-
-fn chat_message(calls: Vec<Value>) -> Value {
-    json!({"role": "assistant", "content": null, "tool_calls": calls})
-}
-
-fn chat_response(id: &str, message: Value) -> Value {
-    json!({"id": id, "object": "chat.completion", "choices": [
-        {"index": 0, "finish_reason": "tool_calls", "message": message}]})
-}
-
-fn one_turn(document: &Value) -> Turn {
-    let mut turns = parse_turns(document).unwrap();
-    assert_eq!(turns.len(), 1, "{document}");
-    turns.remove(0)
-}
 
 #[derive(Deserialize)]
 struct OrderArgs {

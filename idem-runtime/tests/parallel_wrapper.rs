@@ -4,16 +4,13 @@
 
 mod common;
 
+use common::chat::{chat_call, chat_message, chat_wrapper, entry, one_turn, WRAPPER};
 use common::tools::{charge_card, engine_at_first_run, greet, logged, spec, FIRST_RUN};
-use idem_runtime::dispatch::{
-    parse_turns, Conversation, Dispatcher, FailureKind, Tool, Turn, TurnOutcome,
-};
+use idem_runtime::dispatch::{Conversation, Dispatcher, FailureKind, Tool, TurnOutcome};
 use idem_runtime::testkit::EffectLog;
 use idem_runtime::{CallStatus, Scope, ToolError};
 use serde::Deserialize;
 use serde_json::{json, Value};
-
-const WRAPPER: &str = "multi_tool_use.parallel";
 
 /// `greet`, `charge_card` and `get_weather` (`scope = "conversation"`, a JSON value) on a
 /// fresh store whose clock starts at `FIRST_RUN`.
@@ -27,31 +24,6 @@ fn dispatcher(log: &EffectLog, mark: bool) -> Dispatcher {
         .mark_replays(mark)
         .build()
         .unwrap()
-}
-
-fn one_turn(document: &Value) -> Turn {
-    let mut turns = parse_turns(document).unwrap();
-    assert_eq!(turns.len(), 1, "{document}");
-    turns.remove(0)
-}
-
-/// A `tool_uses` entry calling `functions.<name>`.
-fn entry(name: &str, parameters: Value) -> Value {
-    json!({"recipient_name": format!("functions.{name}"), "parameters": parameters})
-}
-
-/// A Chat Completions tool call.
-fn chat_call(id: &str, name: &str, arguments: &str) -> Value {
-    json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments}})
-}
-
-/// A Chat Completions `multi_tool_use.parallel` call holding `entries`.
-fn chat_wrapper(id: &str, entries: Vec<Value>) -> Value {
-    chat_call(id, WRAPPER, &json!({ "tool_uses": entries }).to_string())
-}
-
-fn chat_message(calls: Vec<Value>) -> Value {
-    json!({"role": "assistant", "content": null, "tool_calls": calls})
 }
 
 /// A Responses `function_call` item.

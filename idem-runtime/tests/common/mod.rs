@@ -185,3 +185,46 @@ pub mod tools {
         })
     }
 }
+
+pub mod chat {
+    //! OpenAI Chat Completions documents for dispatch tests, and the parallel wrapper (D7).
+
+    use idem_runtime::dispatch::{parse_turns, Turn};
+    use serde_json::{json, Value};
+
+    /// The parallel wrapper's name (D7).
+    pub const WRAPPER: &str = "multi_tool_use.parallel";
+
+    /// A Chat Completions tool call.
+    pub fn chat_call(id: &str, name: &str, arguments: &str) -> Value {
+        json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments}})
+    }
+
+    /// A `tool_uses` entry calling `functions.<name>`.
+    pub fn entry(name: &str, parameters: Value) -> Value {
+        json!({"recipient_name": format!("functions.{name}"), "parameters": parameters})
+    }
+
+    /// A Chat Completions `multi_tool_use.parallel` call holding `entries`.
+    pub fn chat_wrapper(id: &str, entries: Vec<Value>) -> Value {
+        chat_call(id, WRAPPER, &json!({ "tool_uses": entries }).to_string())
+    }
+
+    /// An assistant message with `calls`.
+    pub fn chat_message(calls: Vec<Value>) -> Value {
+        json!({"role": "assistant", "content": null, "tool_calls": calls})
+    }
+
+    /// A Chat Completions response `id` holding `message`.
+    pub fn chat_response(id: &str, message: Value) -> Value {
+        json!({"id": id, "object": "chat.completion", "choices": [
+            {"index": 0, "finish_reason": "tool_calls", "message": message}]})
+    }
+
+    /// The one turn of `document`.
+    pub fn one_turn(document: &Value) -> Turn {
+        let mut turns = parse_turns(document).unwrap();
+        assert_eq!(turns.len(), 1, "{document}");
+        turns.remove(0)
+    }
+}
