@@ -59,14 +59,18 @@ pub struct CallReport {
     /// entry of an OpenAI parallel wrapper, matched to the wrapper's id, as one text part
     /// ([`call_result`](crate::dispatch::call_result), D7).
     pub result: Value,
-    /// This call's own run, when one of its attempts ran the body (or reconciled), also
-    /// when that attempt's reply was lost and a retry replayed it (D11). Read from what the
-    /// tool's `#[idempotent]` call published on each attempt's context
-    /// ([`CallContext::last_outcome`](crate::CallContext::last_outcome), S12), so it needs a
+    /// This call's own run, when one of its attempts ran the body (or reconciled) and
+    /// saved the outcome, also when that attempt's reply was lost and a retry replayed it
+    /// (D11; the replay is then not marked, D6). Read from what the `#[idempotent]` call
+    /// carrying the call's key (K9) published on each attempt's context (for a tool
+    /// registered under another name than its `#[idempotent]` one, the last such call's,
+    /// S12), and from the (key, fence) of the run each attempt was saving, which a replay
+    /// of that record matches when the transport gave up while the body ran. So it needs a
     /// transport that runs the tool in process under the attempt's context (as
     /// [`InProcess`](crate::dispatch::InProcess) and the test kit's transports do; a
     /// remote tool's run is seen only in its reply). `None` when every outcome the call
-    /// got was an earlier call's (a replay), or it never reached the store.
+    /// got was another call's (a replay), a run of its own ended without a saved outcome
+    /// (a retryable error released the claim), or it never reached the store.
     pub ran: Option<OwnRun>,
 }
 
