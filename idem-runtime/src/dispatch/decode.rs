@@ -129,9 +129,7 @@ pub(crate) fn decode_argument<T: DeserializeOwned>(
 const MOST_REWRITES: usize = 8;
 
 fn decode_at<T: DeserializeOwned>(prefix: Option<&str>, value: Value) -> Result<T, ArgumentsError> {
-    // Kept only when a second decode could help: the value holds integral doubles.
-    let mut rewritable = holds_integral_double(&value).then(|| value.clone());
-    let first = match serde_path_to_error::deserialize(Integral(value)) {
+    let first = match serde_path_to_error::deserialize(Integral(&value)) {
         Ok(decoded) => return Ok(decoded),
         Err(error) => error,
     };
@@ -139,16 +137,16 @@ fn decode_at<T: DeserializeOwned>(prefix: Option<&str>, value: Value) -> Result<
     // enum, `#[serde(flatten)]`) is out of the wrapper's reach: the subtree the error is at
     // is decoded again with its integral numbers written as integers, one subtree per
     // attempt, so arguments elsewhere keep their spelling. The first error stands otherwise.
-    if let Some(current) = rewritable.as_mut() {
-        let mut path = first.path().clone();
-        for _ in 0..MOST_REWRITES {
-            if !write_integers(subtree_at(current, &path)) {
-                break;
-            }
-            match serde_path_to_error::deserialize(Integral(current.clone())) {
-                Ok(decoded) => return Ok(decoded),
-                Err(error) => path = error.path().clone(),
-            }
+    // (Only after a failure: a call that decodes pays for nothing here.)
+    let mut current = value;
+    let mut path = first.path().clone();
+    for _ in 0..MOST_REWRITES {
+        if !write_integers(subtree_at(&mut current, &path)) {
+            break;
+        }
+        match serde_path_to_error::deserialize(Integral(&current)) {
+            Ok(decoded) => return Ok(decoded),
+            Err(error) => path = error.path().clone(),
         }
     }
     Err(ArgumentsError {
@@ -189,16 +187,6 @@ fn integer_of(number: &serde_json::Number) -> Option<serde_json::Number> {
         Some(serde_json::Number::from(v as i64))
     } else {
         None
-    }
-}
-
-/// Whether `value` holds a number [`integer_of`] would write as an integer.
-fn holds_integral_double(value: &Value) -> bool {
-    match value {
-        Value::Number(number) => integer_of(number).is_some(),
-        Value::Array(items) => items.iter().any(holds_integral_double),
-        Value::Object(members) => members.values().any(holds_integral_double),
-        _ => false,
     }
 }
 
