@@ -18,7 +18,7 @@ use std::time::Duration;
 use common::tools::{engine, logged, spec, yield_once};
 use idem_runtime::dispatch::{
     parse_turns, Conversation, Dispatcher, FailureKind, InProcess, Provider, RetryPolicy, Tool,
-    ToolReply, ToolRequest, Transport, TransportError, TransportFuture, Turn,
+    ToolReply, ToolRequest, Transport, TransportError, TransportFuture, Turn, TurnOutcome,
 };
 use idem_runtime::inspect::CallQuery;
 use idem_runtime::label::ScopePath;
@@ -182,12 +182,9 @@ fn typed<A: serde::de::DeserializeOwned + Send + 'static>(name: &'static str) ->
     Tool::from_sync(name, |_a: A, _ctx| Ok::<_, ToolError>("ok"))
 }
 
-// pins D8: an integer parameter inside an internally tagged, adjacently tagged or untagged
-// enum, or a `#[serde(flatten)]`ed struct (values serde buffers before it knows their
-// type), accepts Gemini's `7.0`: the arguments are decoded once more with integral numbers
-// written as integers (found by the issue-10 adversarial review)
-#[tokio::test]
-async fn integral_floats_are_accepted_where_serde_buffers() {
+/// One Gemini turn calling a tool of each buffered shape with `order` (and `limit`), as
+/// written.
+async fn buffered_shapes(order: Value, limit: Value) -> TurnOutcome {
     let dispatcher = dispatcher_with(
         vec![
             typed::<Internally>("internally"),
@@ -198,14 +195,23 @@ async fn integral_floats_are_accepted_where_serde_buffers() {
         engine(),
     );
     let gemini = json!({"responseId": "r1", "candidates": [{"content": {"role": "model", "parts": [
-        {"functionCall": {"name": "internally", "args": {"action": "refund", "order": 7.0}}},
-        {"functionCall": {"name": "adjacently", "args": {"type": "refund", "args": {"order": 7.0}}}},
-        {"functionCall": {"name": "untagged", "args": {"order": 7.0}}},
-        {"functionCall": {"name": "flattened", "args": {"order": 7.0, "limit": 20.0}}},
+        {"functionCall": {"name": "internally", "args": {"action": "refund", "order": order}}},
+        {"functionCall": {"name": "adjacently", "args": {"type": "refund", "args": {"order": order}}}},
+        {"functionCall": {"name": "untagged", "args": {"order": order}}},
+        {"functionCall": {"name": "flattened", "args": {"order": order, "limit": limit}}},
     ]}}]});
-    let outcome = dispatcher
+    dispatcher
         .dispatch_turn(&one_turn(&gemini), &Conversation::new("c"))
-        .await;
+        .await
+}
+
+// pins D8: an integer parameter inside an internally tagged, adjacently tagged or untagged
+// enum, or a `#[serde(flatten)]`ed struct (values serde buffers before it knows their
+// type), accepts Gemini's `7.0`: the arguments are decoded once more with integral numbers
+// written as integers (found by the issue-10 adversarial review)
+#[tokio::test]
+async fn integral_floats_are_accepted_where_serde_buffers() {
+    let outcome = buffered_shapes(json!(7.0), json!(20.0)).await;
     let refused: Vec<String> = outcome
         .calls
         .iter()
@@ -225,24 +231,7 @@ async fn integral_floats_are_accepted_where_serde_buffers() {
 // fine), so only D8 is at stake above.
 #[tokio::test]
 async fn integer_spellings_of_the_buffered_shapes_are_accepted() {
-    let dispatcher = dispatcher_with(
-        vec![
-            typed::<Internally>("internally"),
-            typed::<Adjacently>("adjacently"),
-            typed::<Untagged>("untagged"),
-            typed::<Flattened>("flattened"),
-        ],
-        engine(),
-    );
-    let gemini = json!({"responseId": "r1", "candidates": [{"content": {"role": "model", "parts": [
-        {"functionCall": {"name": "internally", "args": {"action": "refund", "order": 7}}},
-        {"functionCall": {"name": "adjacently", "args": {"type": "refund", "args": {"order": 7}}}},
-        {"functionCall": {"name": "untagged", "args": {"order": 7}}},
-        {"functionCall": {"name": "flattened", "args": {"order": 7, "limit": 20}}},
-    ]}}]});
-    let outcome = dispatcher
-        .dispatch_turn(&one_turn(&gemini), &Conversation::new("c"))
-        .await;
+    let outcome = buffered_shapes(json!(7), json!(20)).await;
     assert!(outcome.all_ok(), "{:#?}", outcome.calls);
 }
 
