@@ -66,22 +66,33 @@ fn refund_then_notify_anyway(log: &EffectLog) -> Tool {
     })
 }
 
+/// Dispatches one Chat call `refund {"order": 7}` to `tool` on a fresh store, retried up to
+/// 3 times, through `transport` if given, marking replays if `mark`.
+async fn refund_order_7(tool: Tool, transport: Option<LosingTransport>, mark: bool) -> TurnOutcome {
+    let builder = Dispatcher::builder()
+        .tool(tool)
+        .engine(engine())
+        .retry(RetryPolicy::immediate(3))
+        .mark_replays(mark);
+    let dispatcher = match transport {
+        Some(transport) => builder.transport(transport),
+        None => builder,
+    }
+    .build()
+    .unwrap();
+    let message = chat_message(vec![chat_call("call_1", "refund", r#"{"order": 7}"#)]);
+    dispatcher
+        .dispatch_turn(&one_turn(&message), &Conversation::new("c"))
+        .await
+}
+
 // pins D11, S12, S13, K9: when the carried tool's call fails before it derives its key
 // (`MissingScope`), the dispatched call has no outcome: another `#[idempotent]` call the
 // handler makes after it never stands for it
 #[tokio::test]
 async fn a_carried_call_that_fails_before_its_key_has_no_outcome() {
     let log = EffectLog::new();
-    let dispatcher = Dispatcher::builder()
-        .tool(refund_then_notify_anyway(&log))
-        .engine(engine())
-        .retry(RetryPolicy::immediate(3))
-        .build()
-        .unwrap();
-    let message = chat_message(vec![chat_call("call_1", "refund", r#"{"order": 7}"#)]);
-    let outcome = dispatcher
-        .dispatch_turn(&one_turn(&message), &Conversation::new("c"))
-        .await;
+    let outcome = refund_order_7(refund_then_notify_anyway(&log), None, false).await;
     let report = &outcome.calls[0];
     assert!(
         report.reply.result.is_err(),
@@ -136,17 +147,7 @@ fn refund_twice(log: &EffectLog) -> Tool {
 #[tokio::test]
 async fn a_second_call_of_the_carried_tool_leaves_the_first_run_its_outcome() {
     let log = EffectLog::new();
-    let dispatcher = Dispatcher::builder()
-        .tool(refund_twice(&log))
-        .engine(engine())
-        .retry(RetryPolicy::immediate(3))
-        .mark_replays(true)
-        .build()
-        .unwrap();
-    let message = chat_message(vec![chat_call("call_1", "refund", r#"{"order": 7}"#)]);
-    let outcome = dispatcher
-        .dispatch_turn(&one_turn(&message), &Conversation::new("c"))
-        .await;
+    let outcome = refund_order_7(refund_twice(&log), None, true).await;
     let report = &outcome.calls[0];
     assert_eq!(log.len(), 1);
     let content = report.result["content"]
@@ -186,18 +187,8 @@ async fn a_lost_reply_of_the_calls_own_run_is_not_marked() {
             }
         })
     };
-    let dispatcher = Dispatcher::builder()
-        .tool(tool)
-        .engine(engine())
-        .retry(RetryPolicy::immediate(3))
-        .transport(LosingTransport::new(FailOn::FirstAttempt))
-        .mark_replays(true)
-        .build()
-        .unwrap();
-    let message = chat_message(vec![chat_call("call_1", "refund", r#"{"order": 7}"#)]);
-    let outcome = dispatcher
-        .dispatch_turn(&one_turn(&message), &Conversation::new("c"))
-        .await;
+    let outcome =
+        refund_order_7(tool, Some(LosingTransport::new(FailOn::FirstAttempt)), true).await;
     let report = &outcome.calls[0];
     assert_eq!(log.len(), 1);
     assert_eq!(report.own_status(), Some(CallStatus::Executed));
