@@ -18,14 +18,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::key::ScopeComponent;
-use crate::scope::TURN_PART;
-
-/// The kind of the `call` scope: a provider's tool-call id.
-const CALL: &str = "call";
-/// The kind of the `conversation` scope.
-const CONVERSATION: &str = "conversation";
-/// The kind hashed for a scope without parts.
-const GLOBAL: &str = "global";
+use crate::scope::{is_scope_name, CALL, CONVERSATION, GLOBAL, TURN_PART};
 
 /// One part of a scope: its kind (`conversation`, `call`, `tenant`, …) and its value.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -234,16 +227,6 @@ impl ScopePath {
         }
         Ok(())
     }
-}
-
-/// Whether `name` is a scope name: ASCII letters, digits, `_`, `-`, `.` and `:`, starting
-/// with a letter (the attribute's rule, plus `:` for the scopes integrations name, such as
-/// rmcp's `mcp:idempotencyKey`).
-pub(crate) fn is_scope_name(name: &str) -> bool {
-    name.starts_with(|c: char| c.is_ascii_alphabetic())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'))
 }
 
 impl ScopePath {

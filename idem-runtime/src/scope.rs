@@ -1,12 +1,25 @@
 //! Scopes: whose calls share idempotency keys (contract K7).
 
-use crate::context::CallContext;
-use crate::error::Error;
-use crate::label::ScopePath;
-
 /// The scope-path part of a `scope = "call"` key that names the assistant message the call
 /// came from (D10): `conversation=…, turn=…, call=…`.
 pub const TURN_PART: &str = "turn";
+
+/// The kind of the `call` scope: a provider's tool-call id.
+pub(crate) const CALL: &str = "call";
+/// The kind of the `conversation` scope.
+pub(crate) const CONVERSATION: &str = "conversation";
+/// The kind hashed for a scope without parts.
+pub(crate) const GLOBAL: &str = "global";
+
+/// Whether `name` can name a scope (K7, K12): ASCII letters, digits, `_`, `-`, `.` and `:`,
+/// starting with a letter. Never `+` (which joins a composite's kinds) or `/` and `=`
+/// (which separate a scope path's parts).
+pub(crate) fn is_scope_name(name: &str) -> bool {
+    name.starts_with(|c: char| c.is_ascii_alphabetic())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'))
+}
 
 /// Which value, besides the tool name and arguments, a tool's keys are derived from.
 ///
@@ -48,9 +61,9 @@ impl Scope {
     /// user's name.
     pub fn kind(&self) -> &'static str {
         match self {
-            Scope::Conversation => "conversation",
-            Scope::Global => "global",
-            Scope::Call => "call",
+            Scope::Conversation => CONVERSATION,
+            Scope::Global => GLOBAL,
+            Scope::Call => CALL,
             Scope::Named(name) => name,
             Scope::Composite { kind, .. } => kind,
         }
@@ -80,19 +93,15 @@ impl Scope {
     /// `+`, its parts `conversation` or named scopes.
     ///
     /// # Errors
-    /// [`Error::Config`] naming the tool and the scope.
-    fn check(&self, tool: &str) -> Result<(), Error> {
-        let refuse = |why: String| {
-            Err(Error::Config {
-                tool: tool.to_owned(),
-                message: why,
-            })
-        };
+    /// Why not, as text: [`Scope::resolve`] reports it as
+    /// [`Error::Config`](crate::Error::Config) naming the tool.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        let refuse = |why: String| Err(why);
         // A named scope spelled like a built-in one would resolve to the built-in's path (a
         // hand-built `conversation+turn+call` composite to a call scope's, D10): refused, as
         // the attribute refuses it (K12).
         let named_well = |name: &str| {
-            crate::label::is_scope_name(name)
+            is_scope_name(name)
                 && ![
                     Scope::Conversation.kind(),
                     Scope::Call.kind(),
@@ -124,177 +133,5 @@ impl Scope {
             }
             _ => Ok(()),
         }
-    }
-
-    /// The scope path of a call made under `context` (P1): the parts whose values the key
-    /// is derived from ([`ScopePath::with_component`]).
-    ///
-    /// # Errors
-    /// [`Error::MissingScope`] when the scope needs a value and `context` is `None` or
-    /// has no such value, or only an empty one (K7): never a silently shared key. (Several
-    /// frameworks default a missing thread id to `""`; read as a real id, it would make
-    /// every such conversation one.) A composite scope names the first part that is
-    /// missing. [`Error::Config`] for a scope built by hand that the attribute would refuse
-    /// (a named scope that is not a scope name, a composite whose kind is not its parts').
-    pub fn resolve(&self, tool: &str, context: Option<&CallContext>) -> Result<ScopePath, Error> {
-        let missing = |kind: &str| Error::MissingScope {
-            tool: tool.to_owned(),
-            scope: kind.to_owned(),
-        };
-        let value = |scope: &Scope| -> Result<String, Error> {
-            let value = match scope {
-                Scope::Conversation => context.and_then(CallContext::conversation_id),
-                Scope::Call => context.and_then(CallContext::tool_call_id),
-                Scope::Named(name) => context.and_then(|c| c.scope_value(name)),
-                Scope::Global | Scope::Composite { .. } => None,
-            };
-            value
-                .filter(|value| !value.is_empty())
-                .map(str::to_owned)
-                .ok_or_else(|| missing(scope.kind()))
-        };
-        self.check(tool)?;
-        let path = ScopePath::new();
-        Ok(match self {
-            Scope::Global => path,
-            Scope::Call => {
-                let call = value(self)?;
-                let within = [
-                    (
-                        Scope::Conversation.kind(),
-                        context.and_then(CallContext::conversation_id),
-                    ),
-                    (TURN_PART, context.and_then(CallContext::turn_id)),
-                ];
-                let mut path = path;
-                for (kind, value) in within {
-                    if let Some(value) = value.filter(|value| !value.is_empty()) {
-                        path = path.with(kind, value);
-                    }
-                }
-                path.with(self.kind(), call)
-            }
-            Scope::Conversation | Scope::Named(_) => path.with(self.kind(), value(self)?),
-            Scope::Composite { parts, .. } => {
-                let mut path = path;
-                for part in *parts {
-                    if !matches!(part, Scope::Conversation | Scope::Named(_)) {
-                        return Err(missing(part.kind()));
-                    }
-                    path = path.with(part.kind(), value(part)?);
-                }
-                path
-            }
-        })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    // pins K7: an empty scope value is none: MissingScope, never a key shared by every
-    // conversation (or call, or tenant) whose id defaulted to ""
-    #[test]
-    fn an_empty_value_is_missing() {
-        let empty = CallContext::new()
-            .with_conversation("")
-            .with_tool_call("")
-            .with_scope("tenant", "");
-        for scope in [Scope::Conversation, Scope::Call, Scope::Named("tenant")] {
-            let error = scope.resolve("refund", Some(&empty)).unwrap_err();
-            assert!(
-                matches!(&error, Error::MissingScope { scope: s, .. } if s == scope.kind()),
-                "{error:?}"
-            );
-        }
-        let with_call = CallContext::new()
-            .with_conversation("")
-            .with_tool_call("call_1");
-        let path = Scope::Call.resolve("refund", Some(&with_call)).unwrap();
-        assert_eq!(
-            path.to_string(),
-            "call=call_1",
-            "an empty conversation is no conversation"
-        );
-        let real = CallContext::new().with_conversation("c-9");
-        assert!(Scope::Conversation.resolve("refund", Some(&real)).is_ok());
-    }
-
-    // pins K7: a composite scope needs every part and names the missing one
-    #[test]
-    fn composite_scopes_need_every_part() {
-        static BOTH: Scope = Scope::Composite {
-            kind: "tenant+conversation",
-            parts: &[Scope::Named("tenant"), Scope::Conversation],
-        };
-        let full = CallContext::new()
-            .with_conversation("c-1")
-            .with_scope("tenant", "acme");
-        let path = BOTH.resolve("refund", Some(&full)).unwrap();
-        assert_eq!(path.to_string(), "tenant=acme/conversation=c-1");
-        assert_eq!(path.kind(), BOTH.kind());
-        for (context, missing) in [
-            (CallContext::new().with_conversation("c-1"), "tenant"),
-            (
-                CallContext::new().with_scope("tenant", "acme"),
-                "conversation",
-            ),
-            (
-                CallContext::new()
-                    .with_scope("tenant", "")
-                    .with_conversation("c-1"),
-                "tenant",
-            ),
-        ] {
-            let error = BOTH.resolve("refund", Some(&context)).unwrap_err();
-            assert!(
-                matches!(&error, Error::MissingScope { scope, .. } if scope == missing),
-                "{error:?}"
-            );
-        }
-        static WITH_CALL: Scope = Scope::Composite {
-            kind: "tenant+call",
-            parts: &[Scope::Named("tenant"), Scope::Call],
-        };
-        let context = full.with_tool_call("call_1");
-        assert!(WITH_CALL.resolve("refund", Some(&context)).is_err());
-    }
-
-    // pins K7, K12: scopes built by hand that the attribute would refuse are Config errors,
-    // so that no named scope can pose as a composite (`a+b`) and no label becomes unreadable
-    #[test]
-    fn hand_built_scopes_are_checked() {
-        let context = CallContext::new()
-            .with_conversation("c-1")
-            .with_scope("tenant+conversation", r#"["acme","c-1"]"#)
-            .with_scope("tenant", "acme");
-        static WRONG_KIND: Scope = Scope::Composite {
-            kind: "conversation+tenant",
-            parts: &[Scope::Named("tenant"), Scope::Conversation],
-        };
-        static ONE_PART: Scope = Scope::Composite {
-            kind: "tenant",
-            parts: &[Scope::Named("tenant")],
-        };
-        for scope in [
-            Scope::Named("tenant+conversation"),
-            Scope::Named("a b"),
-            Scope::Named(""),
-            WRONG_KIND,
-            ONE_PART,
-        ] {
-            let error = scope.resolve("refund", Some(&context)).unwrap_err();
-            assert!(
-                matches!(error, Error::Config { .. }),
-                "{scope:?}: {error:?}"
-            );
-        }
-        assert!(Scope::Named("mcp:idempotencyKey")
-            .resolve(
-                "refund",
-                Some(&context.clone().with_scope("mcp:idempotencyKey", "k"))
-            )
-            .is_ok());
     }
 }

@@ -14,11 +14,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
-use crate::attempt::AttemptInfo;
 use crate::engine::Engine;
 use crate::key::{Fingerprint, IdempotencyKey};
 use crate::label::RecordLabel;
 use crate::outcome::CallRecord;
+
+pub(crate) mod attempt;
+mod resolve;
+
+use attempt::AttemptInfo;
 
 /// Conversation id, tool-call id, named scope values and engine for the calls made under
 /// it; after a call, what that call did ([`last_outcome`](CallContext::last_outcome),
@@ -369,6 +373,12 @@ impl CallContext {
 /// for example as a payment API's `Idempotency-Key` header (K10). `None` elsewhere.
 pub fn current_key() -> Option<IdempotencyKey> {
     CallContext::current().and_then(|c| c.key().cloned())
+}
+
+/// Inside an `#[idempotent]` body: the running attempt (key, fence, takeover, fenced
+/// signal). `None` elsewhere. See [`AttemptInfo`].
+pub fn current_attempt() -> Option<AttemptInfo> {
+    CallContext::current().and_then(|c| c.attempt_info().cloned())
 }
 
 pin_project_lite::pin_project! {
