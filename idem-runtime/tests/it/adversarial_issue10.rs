@@ -6,7 +6,7 @@
 //! ordinary call whose provider id is `<wrapper id>:<i>`, a turn dispatched from a response
 //! and again from a history, windowed histories) are stated in D7 and D10.
 
-mod common;
+use crate::common;
 
 use common::chat::{
     chat_call, chat_message, chat_response, chat_wrapper, entry, one_turn, WRAPPER,

@@ -4,7 +4,7 @@
 //! held. A `serde_json::Value` parameter beside a flattened struct that needed the second
 //! decode sees integers: documented on `Tool` and in D8.
 
-mod common;
+use crate::common;
 
 use common::chat::{chat_call, chat_message, chat_response, one_turn};
 use std::sync::atomic::{AtomicUsize, Ordering};

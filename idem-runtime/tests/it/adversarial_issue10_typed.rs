@@ -3,7 +3,7 @@
 
 #![cfg(feature = "async-openai")]
 
-mod common;
+use crate::common;
 
 use async_openai::types::chat::CreateChatCompletionResponse;
 use async_openai::types::responses::Response;

@@ -1,6 +1,6 @@
 //! adv8: genai typed dispatch (contract O6, K7, K9).
 
-mod common;
+use crate::common;
 
 use common::tools::{engine, logged, spec};
 use genai::chat::ChatResponse;

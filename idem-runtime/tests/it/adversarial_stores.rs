@@ -17,7 +17,7 @@
 
 #![allow(dead_code)]
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

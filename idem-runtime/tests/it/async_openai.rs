@@ -1,7 +1,7 @@
 //! Typed dispatch of async-openai's Chat Completions and Responses types (contract O1–O5),
 //! with responses built from small JSON documents as OpenAI sends them.
 
-mod common;
+use crate::common;
 
 use async_openai::types::chat::{
     ChatCompletionRequestAssistantMessageContent, ChatCompletionRequestMessage,

@@ -1,7 +1,7 @@
 //! The store conformance suite (contract S1–S11) on the in-memory store.
 
-mod support;
-#[macro_use]
-mod conformance;
+#[allow(unused_imports)]
+use crate::conformance;
+use crate::support;
 
-conformance_suite!(memory, crate::support::TestStore::memory);
+conformance_suite!(memory, super::support::TestStore::memory);

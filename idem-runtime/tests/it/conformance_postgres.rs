@@ -11,9 +11,9 @@
 
 #![cfg(feature = "postgres")]
 
-mod support;
-#[macro_use]
-mod conformance;
+#[allow(unused_imports)]
+use crate::conformance;
+use crate::support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -151,7 +151,7 @@ fn postgres() -> TestStore {
     }
 }
 
-conformance_suite!(postgres, crate::postgres, async_only);
+conformance_suite!(postgres, super::postgres, async_only);
 
 // pins S2 (across pools, as across processes): two stores with a pool each, 32 tasks each, on
 // the same 8 keys → exactly one execution per key, and every caller gets that execution's outcome

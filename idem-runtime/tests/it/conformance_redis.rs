@@ -12,9 +12,9 @@
 
 #![cfg(feature = "redis")]
 
-mod support;
-#[macro_use]
-mod conformance;
+#[allow(unused_imports)]
+use crate::conformance;
+use crate::support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -81,7 +81,7 @@ fn redis_store() -> TestStore {
     }
 }
 
-conformance_suite!(redis, crate::redis_store, async_only);
+conformance_suite!(redis, super::redis_store, async_only);
 
 // pins S2 (across connections, as across processes): two stores with their own connections,
 // 32 tasks each, on the same 8 keys → exactly one execution per key, one shared outcome

@@ -6,9 +6,9 @@
 
 #![cfg(feature = "sqlite")]
 
-mod support;
-#[macro_use]
-mod conformance;
+#[allow(unused_imports)]
+use crate::conformance;
+use crate::support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
@@ -51,8 +51,8 @@ fn sqlite_in_memory() -> TestStore {
     }
 }
 
-conformance_suite!(sqlite, crate::sqlite_file);
-conformance_suite!(sqlite_in_memory, crate::sqlite_in_memory);
+conformance_suite!(sqlite, super::sqlite_file);
+conformance_suite!(sqlite_in_memory, super::sqlite_in_memory);
 
 // pins S2 (across connections, as across processes): two stores on one file, 32 threads each,
 // on the same 8 keys → exactly one execution per key, and every caller gets that execution's outcome

@@ -1,7 +1,7 @@
 //! Retries: only transient failures, a bounded number of attempts with backoff and
 //! jitter, the first attempt's key on every retry (contract D3, K9, S4, S5).
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! One assistant message's calls: concurrency, bad calls, duplicates, fresh keys per call
 //! (contract D2, D4, K7, K9).
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

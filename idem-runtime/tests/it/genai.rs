@@ -1,7 +1,7 @@
 //! Typed dispatch of genai's tool calls (contract O6–O8), with responses built from small
 //! JSON documents in genai's own serde shape.
 
-mod common;
+use crate::common;
 
 use common::tools::{engine, send_refund};
 use genai::chat::{ChatMessage, ChatRequest, ChatResponse, ChatRole, ContentPart, ToolCall};

@@ -5,7 +5,7 @@
 //! every key already stored changes with it. Such a change must bump `KEY_FORMAT_VERSION`
 //! (`src/key.rs`) and the table's `key_format_version` together.
 
-#[path = "golden/table.rs"]
+#[path = "../golden/table.rs"]
 mod table;
 
 use std::collections::BTreeMap;

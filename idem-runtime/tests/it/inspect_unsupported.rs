@@ -1,7 +1,7 @@
 //! A `Store` that does not implement inspection answers it with a typed `Unsupported`
 //! error, never a guess (contract I6).
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

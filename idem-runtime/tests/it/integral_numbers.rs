@@ -4,7 +4,7 @@
 //! replays it, and a number with a fraction is a `bad_arguments` reply naming the argument
 //! while the other calls of the turn still run (D2). The same from every provider.
 
-mod common;
+use crate::common;
 
 use common::tools::engine;
 use idem_runtime::dispatch::{

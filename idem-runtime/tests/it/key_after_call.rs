@@ -2,7 +2,7 @@
 //! whatever the call ended with, and each call's own outcome when calls run concurrently
 //! on clones of one context (`CallContext::outcome_of`).
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! The case idempotency exists for: the effect lands, the response is lost, the agent
 //! retries (contract T2, T3, T4, D3, K9).
 
-mod common;
+use crate::common;
 
 use common::tools::{engine, logged, send_refund, spec};
 use common::{transcript_path, transcripts_dir};

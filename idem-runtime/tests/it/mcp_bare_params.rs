@@ -1,6 +1,6 @@
 //! Bare MCP `CallToolRequestParams` objects, alone or in an array (contract D9, D1, D5).
 
-mod common;
+use crate::common;
 
 use common::tools::{engine, send_refund};
 use idem_runtime::dispatch::{parse_turns, Conversation, Dispatcher, ParseError, Provider};

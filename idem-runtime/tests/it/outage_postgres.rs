@@ -10,8 +10,7 @@
 
 #![cfg(feature = "postgres")]
 
-mod outage;
-mod support;
+use crate::outage;
 
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};

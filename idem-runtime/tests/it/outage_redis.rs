@@ -9,8 +9,7 @@
 
 #![cfg(feature = "redis")]
 
-mod outage;
-mod support;
+use crate::outage;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

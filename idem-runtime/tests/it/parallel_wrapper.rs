@@ -2,7 +2,7 @@
 //! keyed on its own intent, and the entries' results go back as one result under the
 //! wrapper's id (contract D7, with D2, D4, D5, D6).
 
-mod common;
+use crate::common;
 
 use common::chat::{chat_call, chat_message, chat_wrapper, entry, one_turn, WRAPPER};
 use common::tools::{charge_card, engine_at_first_run, greet, logged, spec, FIRST_RUN};

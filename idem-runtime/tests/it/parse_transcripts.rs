@@ -1,6 +1,6 @@
 //! Every shipped provider transcript parses into the calls it holds (contract D1, K4).
 
-mod common;
+use crate::common;
 
 use common::{transcript, transcripts_dir};
 use idem_runtime::dispatch::{parse_as, parse_turns, parse_turns_str, Provider, ToolCall, Turn};

@@ -2,7 +2,7 @@
 //! (S1–S12) are pinned by the conformance suite (`tests/conformance/`), which runs on every
 //! backend (`tests/conformance_*.rs`).
 
-mod support;
+use crate::support;
 
 use idem_runtime::{prepare, Error, ToolError};
 use support::{default_spec, key_of, Harness};

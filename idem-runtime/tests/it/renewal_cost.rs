@@ -5,7 +5,7 @@
 //! BENCHMARKS.md ("Lease renewal", `cargo bench --bench renewal`) are the same counts,
 //! measured with real time on every backend.
 
-mod support;
+use crate::support;
 
 use std::pin::pin;
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! A replayed result tells the model it is a replay, and when the first run was, when the
 //! dispatcher or the tool opts in; off, results are as they always were (contract D6).
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! Results go back in each provider's own tool-result shape, matched to each call id
 //! (contract D5).
 
-mod common;
+use crate::common;
 
 use common::tools::{engine, logged, spec};
 use common::transcript;

@@ -1,7 +1,7 @@
 //! Hammer tests from the adversarial review: takeover storms, a panicking owner with
 //! waiting duplicates, clocks moving backwards (S2, S6, S7).
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};

@@ -2,7 +2,7 @@
 //! includes the turn's identity, and each call's report says what that call did
 //! (contract D10, D11, K7, K9).
 
-mod common;
+use crate::common;
 
 use common::tools::{engine, logged, spec};
 use idem_runtime::dispatch::{

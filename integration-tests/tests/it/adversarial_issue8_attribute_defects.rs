@@ -3,7 +3,7 @@
 //! C3). A raw-identifier method (rmcp names it `r#type`) is a compile error now, pinned by
 //! idem-macros' `a_raw_identifier_needs_a_name`.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! adv8: `_meta` edge cases that held (contract M3, M4, M6). Passing checks.
 
-mod common;
+use crate::common;
 
 use common::shop::Shop;
 use common::{call, connect, meta, text, Runs};

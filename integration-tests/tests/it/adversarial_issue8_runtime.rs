@@ -1,6 +1,6 @@
 //! adv8: the rmcp runtime (McpCall, IdempotentServer) against odd requests (contract M2–M8).
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! adv8: odd shapes of `#[idempotent]` above rmcp's `#[tool]` (contract M12, C4).
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

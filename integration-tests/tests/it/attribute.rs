@@ -3,7 +3,7 @@
 //! and returns rmcp's result with idem's `_meta`. The facade is a renamed dependency here
 //! (`idem = { package = "idem-agent", … }`), so the attribute must find it as `idem` (C5).
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

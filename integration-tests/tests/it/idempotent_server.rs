@@ -1,7 +1,7 @@
 //! `IdempotentServer`: every tool of an rmcp server keyed with no annotation, except
 //! read-only, excluded and self-keyed tools (contract M7, M9, M10).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

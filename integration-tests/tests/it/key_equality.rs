@@ -1,7 +1,7 @@
 //! The key of an MCP call equals the key of the same call made through `#[idempotent]`'s
 //! runtime path (`prepare` + `ArgsBuilder`) and through the dispatcher (contract M2, K1).
 
-mod common;
+use crate::common;
 
 use common::shop::{Refund, Shop, SEND_REFUND};
 use common::{call, connect, meta, Runs};

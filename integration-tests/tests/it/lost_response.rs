@@ -1,7 +1,7 @@
 //! A lost `tools/call` response: the tool ran, the client never heard, and retries
 //! (contract M1, M5, S3; the MCP case of T2).
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! `McpCall::run`, as `#[idempotent]` on an rmcp `#[tool]` method runs it: an rmcp client
 //! and server in one process (contract M1–M8).
 
-mod common;
+use crate::common;
 
 use common::shop::{Shop, SLOW};
 use common::{call, connect, meta, text, Runs};

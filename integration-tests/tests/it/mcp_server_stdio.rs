@@ -4,7 +4,7 @@
 //! directly or through a relay that loses the first `tools/call` response after the server
 //! sent it (the refund happened, the client never heard).
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Stdio;

@@ -1,10 +1,10 @@
 //! The README's rmcp snippet, verbatim between the markers, served and called: what a new
 //! user copies compiles against the renamed facade and replays (M12).
 
-mod common;
+use crate::common;
 
-// The README depends on `idem-agent`; this crate renames it `idem` (C5).
-extern crate idem as idem_agent;
+// The README depends on `idem-agent`; this crate renames it `idem` (C5): `idem_agent` is
+// declared at the crate root (main.rs), where an `extern crate` joins the extern prelude.
 
 #[rustfmt::skip]
 mod snippet {

@@ -2,7 +2,7 @@
 //! each request's `http::request::Parts` in its extensions; a transport wrapper here does
 //! the same over a pipe, with the `Mcp-Session-Id` header of one session per connection.
 
-mod common;
+use crate::common;
 
 use std::future::Future;
 
