@@ -317,8 +317,21 @@ fn a_missing_conversation_is_an_error_before_the_body_runs() {
     let log = EffectLog::new();
     let outcome = ctx.enter(|| refund(&log, "ord_1".into(), 500));
     match outcome {
-        Err(ToolError::Idem(Error::MissingScope { tool, scope })) => {
-            assert_eq!((tool.as_str(), scope.as_str()), ("refund", "conversation"));
+        Err(ToolError::Idem(error @ Error::MissingScope { .. })) => {
+            assert_eq!(
+                error,
+                Error::MissingScope {
+                    tool: "refund".into(),
+                    scope: "conversation".into()
+                }
+            );
+            // The message names the method that sets the missing value.
+            assert_eq!(
+                error.to_string(),
+                "tool `refund` is keyed by scope `conversation`, but no conversation value is in \
+                 force for this call (an empty one counts as none): set it with \
+                 `CallContext::with_conversation(…)` on the idem_agent::CallContext the call runs in"
+            );
         }
         other => panic!("expected MissingScope, got {other:?}"),
     }
@@ -382,10 +395,21 @@ fn call_scope_keys_on_the_tool_call_id() {
         "a retry of call_1 replays"
     );
     assert_eq!(log.len(), 2);
-    assert!(matches!(
-        ctx.enter(|| roll_die(&log, 6)),
-        Err(ToolError::Idem(Error::MissingScope { scope, .. })) if scope == "call"
-    ));
+    match ctx.enter(|| roll_die(&log, 6)) {
+        Err(ToolError::Idem(error @ Error::MissingScope { .. })) => {
+            assert!(
+                matches!(&error, Error::MissingScope { scope, .. } if scope == "call"),
+                "{error:?}"
+            );
+            assert!(
+                error
+                    .to_string()
+                    .contains("set it with `CallContext::with_tool_call(…)`"),
+                "{error}"
+            );
+        }
+        other => panic!("expected MissingScope, got {other:?}"),
+    }
 }
 
 // pins K7
@@ -403,10 +427,21 @@ fn a_named_scope_reads_its_value_from_the_context() {
     acme.enter(|| tenant_refund(&log, "ord_1".into())).unwrap();
     assert_eq!(status(&acme), CallStatus::Replayed);
     assert_eq!(log.len(), 2);
-    assert!(matches!(
-        ctx.enter(|| tenant_refund(&log, "ord_1".into())),
-        Err(ToolError::Idem(Error::MissingScope { scope, .. })) if scope == "tenant"
-    ));
+    match ctx.enter(|| tenant_refund(&log, "ord_1".into())) {
+        Err(ToolError::Idem(error @ Error::MissingScope { .. })) => {
+            assert!(
+                matches!(&error, Error::MissingScope { scope, .. } if scope == "tenant"),
+                "{error:?}"
+            );
+            assert!(
+                error
+                    .to_string()
+                    .contains("set it with `CallContext::with_scope(\"tenant\", …)`"),
+                "{error}"
+            );
+        }
+        other => panic!("expected MissingScope, got {other:?}"),
+    }
 }
 
 // ---------------------------------------------------------------------------------------
