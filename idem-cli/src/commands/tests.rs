@@ -1,4 +1,4 @@
-//! The commands on the memory store, in process (the binary's tests in tests/cli.rs run
+//! The commands on the memory store, in process (the binary's tests in tests/it/cli.rs run
 //! them across processes on the stores that outlive one).
 
 use std::sync::Arc;
