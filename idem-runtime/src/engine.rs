@@ -411,10 +411,59 @@ static DEFAULT_INIT: Mutex<()> = Mutex::new(());
 
 /// Sets the process-wide default engine, once, before the first call that needs it.
 ///
+/// It composes with `?` in a `main` (or any function) returning `Box<dyn Error>`:
+///
+/// ```
+/// # extern crate idem_runtime as idem_agent;
+/// use idem_agent::{set_default_engine, Engine};
+///
+/// fn main() -> Result<(), Box<dyn std::error::Error>> {
+///     let engine = Engine::from_locator("memory")?;
+///     set_default_engine(engine)?;
+///
+///     // A second engine is refused, and given back.
+///     let refused = set_default_engine(Engine::from_locator("memory")?).unwrap_err();
+///     assert_eq!(refused.into_engine().store().backend(), "memory");
+/// #   fn anyhow_ready<E: std::error::Error + Send + Sync + 'static>() {}
+/// #   anyhow_ready::<idem_agent::DefaultEngineAlreadySet>();
+///     Ok(())
+/// }
+/// ```
+///
 /// # Errors
-/// Gives `engine` back if a default was already set or already used.
-pub fn set_default_engine(engine: Engine) -> Result<(), Engine> {
-    DEFAULT_ENGINE.set(engine)
+/// [`DefaultEngineAlreadySet`], holding `engine`, if a default engine is already in force:
+/// an earlier `set_default_engine` succeeded, or a call (or [`default_engine`]) already
+/// opened the default from `IDEM_STORE` or the in-memory store. The default in force is
+/// left as it was.
+pub fn set_default_engine(engine: Engine) -> Result<(), DefaultEngineAlreadySet> {
+    DEFAULT_ENGINE
+        .set(engine)
+        .map_err(|engine| DefaultEngineAlreadySet { engine })
+}
+
+/// The error of [`set_default_engine`] when the process already has a default engine: set
+/// by an earlier `set_default_engine`, or opened by a call (or [`default_engine`]) from
+/// `IDEM_STORE` or as the in-memory store. It holds the refused engine;
+/// [`into_engine`](Self::into_engine) gives it back.
+///
+/// An ordinary error (`Send + Sync + 'static`), so `set_default_engine(engine)?` works in a
+/// function returning `Box<dyn std::error::Error>` or `anyhow::Result`.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the process-wide default engine is already set (by an earlier set_default_engine, or by a \
+     call that opened the default from IDEM_STORE or the in-memory store); call \
+     set_default_engine once, before the first call that needs it, or give this engine to \
+     the calls with CallContext::with_engine or Dispatcher::builder().engine(…)"
+)]
+pub struct DefaultEngineAlreadySet {
+    engine: Engine,
+}
+
+impl DefaultEngineAlreadySet {
+    /// The engine that was refused (not the one in force: that is [`default_engine`]'s).
+    pub fn into_engine(self) -> Engine {
+        self.engine
+    }
 }
 
 /// The process-wide default engine: the one set with [`set_default_engine`]; else the store

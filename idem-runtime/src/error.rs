@@ -22,7 +22,12 @@ pub enum Error {
     /// The tool's scope needs a value (a conversation id, a tool-call id, a named scope
     /// value) and none is in force for this call. Raised before the body runs; the layer
     /// never falls back to a shared global key (K7). IETF draft: 400 (key missing).
-    #[error("tool `{tool}` is keyed by scope `{scope}`, but no {scope} value is in force for this call (an empty one counts as none): set it on the idem_agent::CallContext")]
+    ///
+    /// The message names the method that sets the value:
+    /// `CallContext::with_conversation(…)` for `conversation`,
+    /// `CallContext::with_tool_call(…)` for `call`, `CallContext::with_scope("name", …)`
+    /// for a named scope.
+    #[error("tool `{tool}` is keyed by scope `{scope}`, but no {scope} value is in force for this call (an empty one counts as none): set it with {} on the idem_agent::CallContext the call runs in", scope_setter(.scope))]
     MissingScope {
         /// The tool's name (K6).
         tool: String,
@@ -137,6 +142,15 @@ pub enum Error {
         /// What is wrong, naming the settings and where their values came from.
         message: String,
     },
+}
+
+/// The `CallContext` method that gives a call the value of `scope` (K7).
+fn scope_setter(scope: &str) -> String {
+    match scope {
+        "conversation" => "`CallContext::with_conversation(…)`".to_owned(),
+        "call" => "`CallContext::with_tool_call(…)`".to_owned(),
+        named => format!("`CallContext::with_scope({named:?}, …)`"),
+    }
 }
 
 fn outcome_unknown_message(

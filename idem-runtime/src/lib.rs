@@ -43,7 +43,10 @@ pub use call::{prepare, ClaimedCall, PreparedCall};
 pub use canonical::{CanonicalError, CanonicalJson};
 pub use clock::{Clock, SystemClock, Timestamp};
 pub use context::{current_key, AttemptRecord, CallContext, DerivedKey};
-pub use engine::{default_engine, set_default_engine, Engine, EngineBuilder, STORE_ENV_VAR};
+pub use engine::{
+    default_engine, set_default_engine, DefaultEngineAlreadySet, Engine, EngineBuilder,
+    STORE_ENV_VAR,
+};
 pub use envelope::Envelope;
 pub use error::Error;
 pub use key::{Fingerprint, IdempotencyKey, KEY_FORMAT_VERSION};

@@ -310,18 +310,40 @@ fn the_key_is_derived_from_the_tool_name_and_the_named_arguments() {
 // ---------------------------------------------------------------------------------------
 // K7: scopes
 
+/// The `MissingScope` error of `tool` for `scope` that `outcome` must be.
+#[track_caller]
+fn missing_scope<T: std::fmt::Debug>(
+    outcome: Result<T, ToolError>,
+    tool: &str,
+    scope: &str,
+) -> Error {
+    match outcome {
+        Err(ToolError::Idem(error)) => {
+            let expected = Error::MissingScope {
+                tool: tool.to_owned(),
+                scope: scope.to_owned(),
+            };
+            assert_eq!(error, expected);
+            error
+        }
+        other => panic!("expected MissingScope, got {other:?}"),
+    }
+}
+
 // pins K7
 #[test]
 fn a_missing_conversation_is_an_error_before_the_body_runs() {
     let ctx = CallContext::new().with_engine(engine());
     let log = EffectLog::new();
     let outcome = ctx.enter(|| refund(&log, "ord_1".into(), 500));
-    match outcome {
-        Err(ToolError::Idem(Error::MissingScope { tool, scope })) => {
-            assert_eq!((tool.as_str(), scope.as_str()), ("refund", "conversation"));
-        }
-        other => panic!("expected MissingScope, got {other:?}"),
-    }
+    let error = missing_scope(outcome, "refund", "conversation");
+    // The message names the method that sets the missing value.
+    assert_eq!(
+        error.to_string(),
+        "tool `refund` is keyed by scope `conversation`, but no conversation value is in \
+         force for this call (an empty one counts as none): set it with \
+         `CallContext::with_conversation(…)` on the idem_agent::CallContext the call runs in"
+    );
     assert!(log.is_empty(), "the body did not run");
     assert!(ctx.last_outcome().is_none(), "the store was never reached");
     // No context in force at all: the same.
@@ -382,10 +404,13 @@ fn call_scope_keys_on_the_tool_call_id() {
         "a retry of call_1 replays"
     );
     assert_eq!(log.len(), 2);
-    assert!(matches!(
-        ctx.enter(|| roll_die(&log, 6)),
-        Err(ToolError::Idem(Error::MissingScope { scope, .. })) if scope == "call"
-    ));
+    let error = missing_scope(ctx.enter(|| roll_die(&log, 6)), "roll_die", "call");
+    assert!(
+        error
+            .to_string()
+            .contains("set it with `CallContext::with_tool_call(…)`"),
+        "{error}"
+    );
 }
 
 // pins K7
@@ -403,10 +428,17 @@ fn a_named_scope_reads_its_value_from_the_context() {
     acme.enter(|| tenant_refund(&log, "ord_1".into())).unwrap();
     assert_eq!(status(&acme), CallStatus::Replayed);
     assert_eq!(log.len(), 2);
-    assert!(matches!(
+    let error = missing_scope(
         ctx.enter(|| tenant_refund(&log, "ord_1".into())),
-        Err(ToolError::Idem(Error::MissingScope { scope, .. })) if scope == "tenant"
-    ));
+        "tenant_refund",
+        "tenant",
+    );
+    assert!(
+        error
+            .to_string()
+            .contains("set it with `CallContext::with_scope(\"tenant\", …)`"),
+        "{error}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ use serde_json::json;
 use super::{list_query, Report};
 use crate::cli::LsArgs;
 use crate::exit::CliError;
-use crate::output::{json_line, record_json, relative, scope_text, state_words, table, tool_of};
+use crate::output::{json_line, record_json, scope_text, state_words, table, tool_of, when};
 
 /// Hex digits of a key the table shows without `--wide`.
 const KEY_PREFIX: usize = 16;
@@ -51,7 +51,9 @@ pub(super) async fn run(engine: &Engine, args: &LsArgs) -> Result<Report, CliErr
     if with_namespace {
         header.push("NAMESPACE");
     }
-    header.extend(["SCOPE", "STATE", "FENCE", "CREATED", "", "EXPIRES", ""]);
+    // One column per time, each under its own header: the RFC 3339 time (fixed width) and
+    // its relative form, as `show` prints them (P3, X2).
+    header.extend(["SCOPE", "STATE", "FENCE", "CREATED", "EXPIRES"]);
     let rows: Vec<Vec<String>> = page
         .records
         .iter()
@@ -76,10 +78,8 @@ pub(super) async fn run(engine: &Engine, args: &LsArgs) -> Result<Report, CliErr
                 },
                 state_words(StateFilter::of(&record.state)).to_owned(),
                 record.fence.to_string(),
-                relative(record.created_at, now),
-                record.created_at.to_rfc3339(),
-                relative(record.expires_at, now),
-                record.expires_at.to_rfc3339(),
+                when(record.created_at, now),
+                when(record.expires_at, now),
             ]);
             row
         })

@@ -1,4 +1,4 @@
-//! The commands on the memory store, in process (the binary's tests in tests/cli.rs run
+//! The commands on the memory store, in process (the binary's tests in tests/it/cli.rs run
 //! them across processes on the stores that outlive one).
 
 use std::sync::Arc;
@@ -314,14 +314,17 @@ async fn ls_filters_and_pages() {
     assert_eq!(next.stderr, "", "the last page");
 
     let table = idem(&w.engine, &["ls", "--limit", "2"]).await.unwrap();
-    let rows: Vec<&str> = table.stdout.lines().collect();
-    assert!(
-        rows[0].starts_with("KEY               TOOL         SCOPE"),
-        "{}",
-        table.stdout
+    // Every column under its own header, each time one column: RFC 3339, then relative.
+    assert_eq!(
+        table.stdout,
+        format!(
+            "KEY               TOOL         SCOPE              STATE      FENCE  CREATED                         EXPIRES\n\
+             {}  send_refund  conversation=c-10  completed  1      2026-12-01T20:33:33.143Z (now)  2026-12-02T20:33:33.143Z (in 23h 59m)\n\
+             {}  send_refund  conversation=c-9   completed  1      2026-12-01T20:33:33.133Z (now)  2026-12-02T20:33:33.133Z (in 23h 59m)\n",
+            &elsewhere[..16],
+            &second[..16],
+        ),
     );
-    assert!(rows[1].starts_with(&elsewhere[..16]), "{}", table.stdout);
-    assert!(rows[1].contains("completed  1      now      2026-12-01T20:33:33.143Z  in 23h 59m  2026-12-02T20:33:33.143Z"), "{}", table.stdout);
     assert!(
         table.stderr.starts_with("idem: next page: --cursor "),
         "{}",

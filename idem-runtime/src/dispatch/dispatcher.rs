@@ -130,18 +130,28 @@ impl DispatcherBuilder {
     /// shapes them, a replay's equal to the first run's (O3, O7). A tool's own
     /// choice ([`Tool::mark_replays`]) wins over this one.
     ///
-    /// On, a call whose final reply was **replayed** (its saved outcome returned without
-    /// running, [`CallStatus::Replayed`](crate::CallStatus::Replayed)) has its content
-    /// marked with `first_run_at`: when the run whose outcome is replayed claimed the key
-    /// (the record's `created_at`, RFC 3339 in UTC with milliseconds, as
-    /// [`Timestamp::to_rfc3339`](crate::Timestamp::to_rfc3339) writes it). A **reconciled**
-    /// outcome ([`CallStatus::Reconciled`](crate::CallStatus::Reconciled): a takeover's
-    /// reconcile function found that an earlier run, whose outcome was lost, had had its
-    /// effect, U3) did not run now either: it is marked `reconciled` with `reconciled_at`,
-    /// the time of that takeover (the earlier run's own start is not recorded). Failures
-    /// are marked like values: a replayed failure is the case that misleads a model most
-    /// (it reads an old failure as a new one). An executed call, and a call that never
-    /// reached the store (unknown tool, unusable arguments), is never marked.
+    /// On, a call's content is marked when the outcome it ends with is not its own run's
+    /// (D6, D11): its final reply's record (S12) is replayed or reconciled, and
+    /// [`CallReport::ran`](crate::dispatch::CallReport::ran) is `None`, so none of the
+    /// call's own attempts ran the body (or reconciled) and saved that outcome.
+    ///
+    /// - A **replayed** reply (the saved outcome returned without running,
+    ///   [`CallStatus::Replayed`](crate::CallStatus::Replayed)) is marked with
+    ///   `first_run_at`: when the run whose outcome is replayed claimed the key (the
+    ///   record's `created_at`, RFC 3339 in UTC with milliseconds, as
+    ///   [`Timestamp::to_rfc3339`](crate::Timestamp::to_rfc3339) writes it).
+    /// - A **reconciled** reply ([`CallStatus::Reconciled`](crate::CallStatus::Reconciled):
+    ///   a takeover's reconcile function found that an earlier run, whose outcome was
+    ///   lost, had had its effect, U3) is marked `reconciled` with `reconciled_at`, the time
+    ///   of that takeover (the earlier run's own start is not recorded). Only when no
+    ///   attempt of this call is seen reconciling: under a transport that runs the tool in
+    ///   process ([`InProcess`](crate::dispatch::InProcess)), the call's own attempt did
+    ///   the reconciling, which is its own run (D11), so its result is not marked; a later
+    ///   call that replays the reconciled outcome is marked `replayed`.
+    ///
+    /// Failures are marked like values: a replayed failure is the case that misleads a
+    /// model most (it reads an old failure as a new one). An executed call, and a call that
+    /// never reached the store (unknown tool, unusable arguments), is never marked.
     ///
     /// The marker, for content `c` (the value's JSON, or `{"error":{…}}` for a failure) and
     /// the first run at `2026-12-01T20:33:33.123Z`:
@@ -166,9 +176,19 @@ impl DispatcherBuilder {
     ///
     /// The typed integrations (`integrations::async_openai`, `integrations::genai`) take
     /// their content from these results, so their tool messages, `function_call_output`
-    /// items and `ToolResponse`s carry the same marked text. Every caller of a key that
-    /// did not run it is marked, including the second of two identical calls in one
-    /// message (D4), and a retry that replays the outcome its own lost attempt saved (D3).
+    /// items and `ToolResponse`s carry the same marked text.
+    ///
+    /// Marked: a call whose outcome another call ran, such as a later call with the same
+    /// key (a retried turn, as in the example below; a call that reuses an earlier call's
+    /// id and so gets its key, D11) and the second of two identical calls in one message
+    /// (D4). Not marked: a call whose own attempt ran the body and saved the outcome but
+    /// whose reply was lost, so that a retry (D3) replayed that outcome (or the transport
+    /// gave up while the body ran, and a retry replayed the record that attempt was
+    /// saving): the call's own run, reported as executed by
+    /// [`CallReport::own_status`](crate::dispatch::CallReport::own_status) and
+    /// [`CallReport::ran`](crate::dispatch::CallReport::ran) (D11), although
+    /// [`CallReport::status`](crate::dispatch::CallReport::status), the final reply's, is
+    /// replayed.
     ///
     /// ```
     /// # extern crate idem_runtime as idem_agent;

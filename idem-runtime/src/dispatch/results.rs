@@ -7,8 +7,9 @@
 //! (`{"refund_id":"re_1"}`, `42`), and a failure as the JSON text of
 //! `{"error":{"kind","message","retryable","detail"?}}`.
 //!
-//! A dispatcher (or tool) that marks replays (D6) changes the content of a replayed or
-//! reconciled call's result so the model can tell it did not run now; see
+//! A dispatcher (or tool) that marks replays (D6) changes the content of a call's result
+//! whose outcome (replayed or reconciled) is not that call's own run (D11), so the model
+//! can tell it did not run now; see
 //! [`DispatcherBuilder::mark_replays`](crate::dispatch::DispatcherBuilder::mark_replays).
 //! [`call_result`] itself never marks.
 //!

@@ -9,17 +9,18 @@
 //! `redis://127.0.0.1:6379`), each test in a fresh schema or key prefix deleted when it
 //! ends. The closed-port and password tests need no server and always run.
 
-use std::process::Command;
 use std::time::Duration;
 
-use idem_runtime::store::{ClaimRequest, OwnerToken};
-use idem_runtime::{
-    prepare, CallContext, Engine, Fingerprint, IdempotencyKey, RecordLabel, Scope, ScopePath,
-    Timestamp, ToolError, ToolSpec,
-};
+#[cfg(feature = "test-postgres")]
+use idem_runtime::store::OwnerToken;
+use idem_runtime::{prepare, CallContext, Scope, Timestamp, ToolError, ToolSpec};
 use serde_json::{json, Value};
 
-static SEND_REFUND: ToolSpec = ToolSpec::new("send_refund");
+#[cfg(feature = "test-redis")]
+use crate::common::redis;
+use crate::common::{idem, idem_env, spawn, sqlite, wait, Backend};
+#[cfg(feature = "test-postgres")]
+use crate::common::{postgres, postgres_sql};
 
 static OPEN_TICKET: ToolSpec = ToolSpec {
     scope: Scope::Composite {
@@ -35,241 +36,6 @@ static CAT: ToolSpec = ToolSpec {
 };
 
 const ARGS: &str = r#"{"order_id":4417,"amount_cents":500}"#;
-
-/// What one run of the binary did.
-#[derive(Debug)]
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn json_lines(&self) -> Vec<Value> {
-        self.stdout
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
-            .collect()
-    }
-
-    fn json(&self) -> Value {
-        let lines = self.json_lines();
-        assert_eq!(lines.len(), 1, "one JSON object: {self:?}");
-        lines.into_iter().next().unwrap()
-    }
-
-    #[track_caller]
-    fn expect(self, code: i32) -> Self {
-        assert_eq!(self.code, code, "{self:?}");
-        self
-    }
-}
-
-/// Runs `idem ARGS` with neither `IDEM_STORE` nor `IDEM_NAMESPACE` in its environment.
-fn idem(args: &[&str]) -> Run {
-    idem_env(args, &[])
-}
-
-fn idem_env(args: &[&str], env: &[(&str, &str)]) -> Run {
-    wait(spawn(args, env))
-}
-
-/// Starts `idem ARGS` with `env` (and neither `IDEM_STORE` nor `IDEM_NAMESPACE` otherwise).
-fn spawn(args: &[&str], env: &[(&str, &str)]) -> std::process::Child {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_idem"));
-    command
-        .args(args)
-        .env_remove("IDEM_STORE")
-        .env_remove("IDEM_NAMESPACE")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    for (name, value) in env {
-        command.env(name, value);
-    }
-    command.spawn().expect("the idem binary runs")
-}
-
-fn wait(child: std::process::Child) -> Run {
-    let output = child.wait_with_output().expect("the idem binary ends");
-    Run {
-        code: output.status.code().expect("an exit status"),
-        stdout: String::from_utf8(output.stdout).unwrap(),
-        stderr: String::from_utf8(output.stderr).unwrap(),
-    }
-}
-
-/// A store the binary and the test share, deleted when dropped.
-struct Backend {
-    locator: String,
-    _cleanup: Box<dyn std::any::Any>,
-}
-
-impl Backend {
-    /// `idem --store LOCATOR ARGS`.
-    fn idem(&self, args: &[&str]) -> Run {
-        let mut all = vec!["--store", self.locator.as_str()];
-        all.extend_from_slice(args);
-        idem(&all)
-    }
-
-    /// An engine over the store (in `namespace`, if any) and the runtime its connections
-    /// live on.
-    fn engine(&self, namespace: Option<&str>) -> Tool {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let engine = runtime.block_on(async {
-            let builder = Engine::builder().store_locator(self.locator.clone());
-            match namespace {
-                Some(ns) => builder.namespace(ns),
-                None => builder,
-            }
-            .build()
-            .expect("the store opens")
-        });
-        Tool { runtime, engine }
-    }
-}
-
-/// An engine, as a tool's process has one.
-struct Tool {
-    runtime: tokio::runtime::Runtime,
-    engine: Engine,
-}
-
-impl Tool {
-    /// Runs `send_refund(order_id, amount_cents = 500)` in `conversation`, as the tool
-    /// would (both arguments in the key), and returns the key it derived.
-    fn refund(&self, conversation: &str, order_id: u64) -> String {
-        let ctx = CallContext::new()
-            .with_engine(self.engine.clone())
-            .with_conversation(conversation);
-        let prepared = prepare(&SEND_REFUND, Some(&ctx), |a| {
-            a.key("order_id", &order_id)?.key("amount_cents", &500)?;
-            Ok(())
-        })
-        .unwrap();
-        let key = prepared.key().to_string();
-        let done: Result<Value, ToolError> = self.runtime.block_on(
-            prepared.run(async move { Ok(json!({"refund_id": format!("re_{order_id}")})) }),
-        );
-        done.unwrap();
-        // Distinct creation times, so that listing order is by time.
-        std::thread::sleep(Duration::from_millis(5));
-        key
-    }
-
-    /// Claims a record of `send_refund` in `conversation` and leaves it in progress (a
-    /// call still running); returns its key.
-    fn running(&self, conversation: &str) -> String {
-        let key =
-            IdempotencyKey::from_hex(&format!("{:064x}", OwnerToken::random().as_u128())).unwrap();
-        let now = self.engine.clock().now();
-        self.runtime.block_on(async {
-            self.engine
-                .store()
-                .claim(ClaimRequest {
-                    key: &key,
-                    fingerprint: &Fingerprint::from_hex(&"0".repeat(64)).unwrap(),
-                    owner: OwnerToken::random(),
-                    now,
-                    lease_until: now.saturating_add(Duration::from_secs(600)),
-                    expires_at: now.saturating_add(Duration::from_secs(3600)),
-                    label: &RecordLabel::new(
-                        "send_refund",
-                        ScopePath::new().with("conversation", conversation),
-                    ),
-                })
-                .await
-                .unwrap()
-        });
-        std::thread::sleep(Duration::from_millis(5));
-        key.to_string()
-    }
-}
-
-fn sqlite() -> Backend {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("idem.db");
-    // The binary never creates a store file: the tool's engine does, as in production.
-    idem_runtime::SqliteStore::open(&path).unwrap();
-    Backend {
-        locator: format!("sqlite:{}", path.display()),
-        _cleanup: Box::new(dir),
-    }
-}
-
-#[cfg(feature = "test-postgres")]
-fn postgres() -> Backend {
-    struct DropSchema {
-        url: String,
-        schema: String,
-    }
-    impl Drop for DropSchema {
-        fn drop(&mut self) {
-            let (url, sql) = (
-                self.url.clone(),
-                format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.schema),
-            );
-            // A runtime of its own on a thread of its own: Drop cannot await.
-            let _ = std::thread::spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                runtime.block_on(async {
-                    let (client, connection) =
-                        tokio_postgres::connect(&url, tokio_postgres::NoTls).await?;
-                    tokio::spawn(connection);
-                    client.batch_execute(&sql).await
-                })
-            })
-            .join();
-        }
-    }
-    let url = std::env::var("IDEM_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
-    let schema = format!("idem_cli_test_{}", OwnerToken::random().to_hex());
-    let separator = if url.contains('?') { '&' } else { '?' };
-    Backend {
-        locator: format!("{url}{separator}idem_schema={schema}"),
-        _cleanup: Box::new(DropSchema { url, schema }),
-    }
-}
-
-#[cfg(feature = "test-redis")]
-fn redis() -> Backend {
-    struct DeletePrefix {
-        url: String,
-        prefix: String,
-    }
-    impl Drop for DeletePrefix {
-        fn drop(&mut self) {
-            let Ok(client) = ::redis::Client::open(self.url.as_str()) else {
-                return;
-            };
-            let Ok(mut conn) = client.get_connection() else {
-                return;
-            };
-            let keys: Vec<String> = ::redis::cmd("KEYS")
-                .arg(format!("{}*", self.prefix))
-                .query(&mut conn)
-                .unwrap_or_default();
-            if !keys.is_empty() {
-                let _: Result<usize, _> = ::redis::cmd("DEL").arg(&keys).query(&mut conn);
-            }
-        }
-    }
-    let url = std::env::var("IDEM_TEST_REDIS_URL")
-        .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
-    let prefix = format!("idem-cli-test:{}:", OwnerToken::random().to_hex());
-    let separator = if url.contains('?') { '&' } else { '?' };
-    Backend {
-        locator: format!("{url}{separator}idem_prefix={prefix}"),
-        _cleanup: Box::new(DeletePrefix { url, prefix }),
-    }
-}
 
 fn rfc3339(value: &Value) -> Timestamp {
     let text = value
@@ -877,29 +643,6 @@ fn help_says_formats() {
     let help = idem(&["--help"]).expect(0).stdout;
     assert!(help.contains("empty in a fresh process"), "{help}");
     assert!(help.contains("Exit status"), "{help}");
-}
-
-/// Runs `sql` on the test database as `postgres` (a runtime of its own on a thread of its
-/// own, so that it also runs from `Drop`).
-#[cfg(feature = "test-postgres")]
-fn postgres_sql(sql: String) -> Result<Vec<tokio_postgres::SimpleQueryMessage>, String> {
-    let url = std::env::var("IDEM_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
-    std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
-            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-                .await
-                .map_err(|e| e.to_string())?;
-            tokio::spawn(connection);
-            client.simple_query(&sql).await.map_err(|e| e.to_string())
-        })
-    })
-    .join()
-    .unwrap()
 }
 
 // pins X3: a mistyped PostgreSQL schema is exit 3 naming the schema, and is not created

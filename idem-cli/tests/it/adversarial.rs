@@ -3,172 +3,34 @@
 //! a record of the MCP client-key path.
 //!
 //! SQLite always runs; PostgreSQL and Redis with the test-only features `test-postgres` and
-//! `test-redis` (Redis prefix `idem-adv:<random>:`, PostgreSQL schema `adv_<random>`, both
-//! deleted).
+//! `test-redis`, on the stores of [`crate::common`] (a fresh schema or key prefix, deleted).
 
-use std::process::Command;
-use std::time::Duration;
-
-use idem_runtime::store::{ClaimRequest, OwnerToken};
-use idem_runtime::{
-    prepare, CallContext, Engine, Fingerprint, IdempotencyKey, RecordLabel, ScopePath, ToolError,
-    ToolSpec,
-};
-use serde_json::{json, Value};
-
-static SEND_REFUND: ToolSpec = ToolSpec::new("send_refund");
-
-fn idem(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_idem"))
-        .args(args)
-        .env_remove("IDEM_STORE")
-        .env_remove("IDEM_NAMESPACE")
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-#[cfg(any(feature = "test-postgres", feature = "test-redis"))]
-fn random() -> String {
-    OwnerToken::random().to_hex()
-}
-
-struct Backend {
-    locator: String,
-    _keep: Box<dyn std::any::Any>,
-}
-
-fn sqlite() -> Backend {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("idem.db");
-    idem_runtime::SqliteStore::open(&path).unwrap();
-    Backend {
-        locator: format!("sqlite:{}", path.display()),
-        _keep: Box::new(dir),
-    }
-}
+use idem_runtime::{prepare, CallContext, Engine, RecordLabel, ScopePath, ToolSpec};
+use serde_json::json;
 
 #[cfg(feature = "test-postgres")]
-struct DropSchema(String);
-#[cfg(feature = "test-postgres")]
-impl Drop for DropSchema {
-    fn drop(&mut self) {
-        let sql = format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.0);
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                let (c, conn) = tokio_postgres::connect(
-                    "postgres://postgres@127.0.0.1:5432/test",
-                    tokio_postgres::NoTls,
-                )
-                .await?;
-                tokio::spawn(conn);
-                c.batch_execute(&sql).await
-            })
-        })
-        .join();
-    }
-}
-#[cfg(feature = "test-postgres")]
-fn postgres() -> Backend {
-    let schema = format!("adv_{}", random());
-    Backend {
-        locator: format!("postgres://postgres@127.0.0.1:5432/test?idem_schema={schema}"),
-        _keep: Box::new(DropSchema(schema)),
-    }
-}
-
+use crate::common::postgres;
 #[cfg(feature = "test-redis")]
-struct DropPrefix(String);
-#[cfg(feature = "test-redis")]
-impl Drop for DropPrefix {
-    fn drop(&mut self) {
-        let client = ::redis::Client::open("redis://127.0.0.1:6379").unwrap();
-        let mut conn = client.get_connection().unwrap();
-        let keys: Vec<String> = ::redis::cmd("KEYS")
-            .arg(format!("{}*", self.0))
-            .query(&mut conn)
-            .unwrap_or_default();
-        if !keys.is_empty() {
-            let _: Result<usize, _> = ::redis::cmd("DEL").arg(&keys).query(&mut conn);
-        }
-    }
-}
-#[cfg(feature = "test-redis")]
-fn redis() -> Backend {
-    let prefix = format!("idem-adv:{}:", random());
-    Backend {
-        locator: format!("redis://127.0.0.1:6379?idem_prefix={prefix}"),
-        _keep: Box::new(DropPrefix(prefix)),
-    }
-}
-
-fn with_engine<R>(b: &Backend, f: impl FnOnce(&Engine, &tokio::runtime::Runtime) -> R) -> R {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let engine = rt.block_on(async { Engine::from_locator(&b.locator).unwrap() });
-    f(&engine, &rt)
-}
-
-fn refund(engine: &Engine, rt: &tokio::runtime::Runtime, conversation: &str) -> String {
-    let ctx = CallContext::new()
-        .with_engine(engine.clone())
-        .with_conversation(conversation);
-    let p = prepare(&SEND_REFUND, Some(&ctx), |a| {
-        a.key("order_id", &4417u64)?.key("amount_cents", &500u64)?;
-        Ok(())
-    })
-    .unwrap();
-    let key = p.key().to_string();
-    let r: Result<Value, ToolError> =
-        rt.block_on(p.run(async { Ok(json!({"refund_id": "re_1"})) }));
-    r.unwrap();
-    key
-}
+use crate::common::redis;
+use crate::common::{idem, idem_env, sqlite, Backend, Run};
 
 /// A record the rmcp client-key path writes (label scope kind `mcp:idempotencyKey`, what
 /// `McpCall` writes for `_meta.idempotencyKey`) lists beside a tool's record. (The rest of
-/// the reviewer's "done when" run, show, ls, purge, show, is `done_when` in tests/cli.rs.)
+/// the reviewer's "done when" run, show, ls, purge, show, is `cli::done_when`.)
 fn a_client_key_record_lists_beside_a_tools_record(b: Backend) {
-    let key = with_engine(&b, |e, rt| refund(e, rt, "c-9"));
-    with_engine(&b, |e, rt| {
-        let k =
-            IdempotencyKey::from_hex(&format!("{:064x}", OwnerToken::random().as_u128())).unwrap();
-        let now = e.clock().now();
-        rt.block_on(async {
-            e.store()
-                .claim(ClaimRequest {
-                    key: &k,
-                    fingerprint: &Fingerprint::from_hex(&"0".repeat(64)).unwrap(),
-                    owner: OwnerToken::random(),
-                    now,
-                    lease_until: now.saturating_add(Duration::from_secs(60)),
-                    expires_at: now.saturating_add(Duration::from_secs(3600)),
-                    label: &RecordLabel::new(
-                        "transfer",
-                        ScopePath::new().with("mcp:idempotencyKey", "client-key-1"),
-                    ),
-                })
-                .await
-        })
-        .unwrap();
-    });
-    let (code, out, err) = idem(&["--store", &b.locator, "ls", "--json"]);
+    let tool = b.engine(None);
+    let key = tool.refund("c-9", 4417);
+    tool.claim(&RecordLabel::new(
+        "transfer",
+        ScopePath::new().with("mcp:idempotencyKey", "client-key-1"),
+    ));
+    let listed = b.idem(&["ls", "--json"]);
     assert_eq!(
-        code, 0,
-        "I3/X1: one MCP client-key record must not break `idem ls`: {err}"
+        listed.code, 0,
+        "I3/X1: one MCP client-key record must not break `idem ls`: {listed:?}"
     );
-    assert_eq!(out.lines().count(), 2, "{out}");
-    assert!(out.contains(&key), "{out}");
+    assert_eq!(listed.json_lines().len(), 2, "{listed:?}");
+    assert!(listed.stdout.contains(&key), "{listed:?}");
 }
 
 // A record written by rmcp's client-key path (scope kind `mcp:idempotencyKey`) lists on
@@ -210,7 +72,7 @@ fn key_equals_the_tools_for_floats_unicode_and_nested_objects() {
         .to_string()
     };
     let cli_key = |args: &str| {
-        let (code, out, err) = idem(&[
+        let run = idem(&[
             "key",
             "--tool",
             "odd",
@@ -218,9 +80,9 @@ fn key_equals_the_tools_for_floats_unicode_and_nested_objects() {
             "conversation=c-é%2F1",
             "--args",
             args,
-        ]);
-        assert_eq!(code, 0, "{err}");
-        out.trim().to_owned()
+        ])
+        .expect(0);
+        run.stdout.trim().to_owned()
     };
     let k = tool_key(&|a| {
         a.key("x", &57.0f64).unwrap();
@@ -261,7 +123,11 @@ fn malformed_locators_are_exit_2_naming_the_option() {
         "redis://:pw@127.0.0.1:abc/",
         "redis://:pw@127.0.0.1:1/notadb",
     ] {
-        let (code, out, err) = idem(&["--store", locator, "ls"]);
+        let Run {
+            code,
+            stdout: out,
+            stderr: err,
+        } = idem(&["--store", locator, "ls"]);
         assert_eq!(code, 2, "{locator}: {err}");
         assert!(err.starts_with("idem: --store: "), "{locator}: {err}");
         assert!(err.contains("is malformed"), "{locator}: {err}");
@@ -269,14 +135,10 @@ fn malformed_locators_are_exit_2_naming_the_option() {
             !err.contains("pw") && !out.contains("pw"),
             "{locator}: {err}"
         );
-        let out = Command::new(env!("CARGO_BIN_EXE_idem"))
-            .args(["stats"])
-            .env("IDEM_STORE", locator)
-            .env_remove("IDEM_NAMESPACE")
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{locator}: {err}");
+        let Run {
+            code, stderr: err, ..
+        } = idem_env(&["stats"], &[("IDEM_STORE", locator)]);
+        assert_eq!(code, 2, "{locator}: {err}");
         assert!(err.starts_with("idem: IDEM_STORE: "), "{locator}: {err}");
         assert!(!err.contains("pw"), "{locator}: {err}");
     }
@@ -288,7 +150,11 @@ fn malformed_locators_are_exit_2_naming_the_option() {
 // pins X4, X3
 #[test]
 fn a_misplaced_locator_is_refused_without_its_password() {
-    let (code, out, err) = idem(&["postgres://u:SECRETPW@127.0.0.1:1/db", "ls"]);
+    let Run {
+        code,
+        stdout: out,
+        stderr: err,
+    } = idem(&["postgres://u:SECRETPW@127.0.0.1:1/db", "ls"]);
     assert_eq!(code, 2, "{err}");
     assert!(
         !out.contains("SECRETPW") && !err.contains("SECRETPW"),
@@ -298,25 +164,27 @@ fn a_misplaced_locator_is_refused_without_its_password() {
         err.starts_with("idem: unrecognized subcommand 'postgres://u:***@127.0.0.1:1/db'"),
         "{err}"
     );
-    let (code, _, err) = idem(&["--store=redis://:SECRETPW@h", "ls", "SECRETPW"]);
+    let Run {
+        code, stderr: err, ..
+    } = idem(&["--store=redis://:SECRETPW@h", "ls", "SECRETPW"]);
     assert_eq!(code, 2, "{err}");
     assert!(
         !err.contains("SECRETPW") && err.starts_with("idem: "),
         "{err}"
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_idem"))
-        .args(["ls", "--frobnicate", "ENVSECRET"])
-        .env("IDEM_STORE", "postgres://u:ENVSECRET@127.0.0.1:1/db")
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    let Run {
+        code, stderr: err, ..
+    } = idem_env(
+        &["ls", "--frobnicate", "ENVSECRET"],
+        &[("IDEM_STORE", "postgres://u:ENVSECRET@127.0.0.1:1/db")],
+    );
+    assert_eq!(code, 2, "{err}");
     assert!(!err.contains("ENVSECRET"), "{err}");
     // --help and --version still print on stdout, exit 0.
-    let (code, out, _) = idem(&["--version"]);
-    assert_eq!((code, out.starts_with("idem ")), (0, true), "{out}");
-    let (code, out, _) = idem(&["ls", "--help"]);
-    assert_eq!((code, out.contains("Usage: idem ls")), (0, true), "{out}");
+    let out = idem(&["--version"]).expect(0).stdout;
+    assert!(out.starts_with("idem "), "{out}");
+    let out = idem(&["ls", "--help"]).expect(0).stdout;
+    assert!(out.contains("Usage: idem ls"), "{out}");
 }
 
 /// Odd values of every option never panic; exit statuses are 0 to 3.
@@ -366,7 +234,9 @@ fn odd_option_values_never_panic() {
         vec!["key", "--tool", "t", "--args", "{}", "--scope", "global=x"],
     ];
     for args in cases {
-        let (code, _, err) = idem(&args);
+        let Run {
+            code, stderr: err, ..
+        } = idem(&args);
         eprintln!("{args:?}: exit {code}: {}", err.trim());
         assert!((0..=3).contains(&code), "{args:?}: {code} {err}");
         assert!(!err.contains("panicked"), "{args:?}: {err}");
