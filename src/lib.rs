@@ -209,7 +209,68 @@ pub use idem_runtime::*;
 #[doc(hidden)]
 pub use idem_runtime::macro_support as __private;
 
-/// The README's code blocks, compiled and run as doctests so the quickstart stays true.
+// The README's and the guide's code blocks, compiled and run as doctests so that what they
+// show stays true. A chapter whose blocks need a cargo feature is compiled with it:
+// `cargo test --doc -p idem-agent --features rmcp` (MCP servers), `--features sqlite`
+// (stores), `--features rig,async-openai,genai --ignore-rust-version` (frameworks).
+
+/// The README's code blocks.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+/// The guide's index (docs/guide/README.md).
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/README.md")]
+struct GuideIndexDoctests;
+
+/// docs/guide/keys-and-scopes.md.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/keys-and-scopes.md")]
+struct GuideKeysAndScopesDoctests;
+
+/// docs/guide/unknown-outcomes.md.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/unknown-outcomes.md")]
+struct GuideUnknownOutcomesDoctests;
+
+/// docs/guide/dispatch.md.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/dispatch.md")]
+struct GuideDispatchDoctests;
+
+/// docs/guide/mcp.md: needs the `rmcp` feature.
+#[cfg(all(doctest, feature = "rmcp"))]
+#[doc = include_str!("../docs/guide/mcp.md")]
+struct GuideMcpDoctests;
+
+/// docs/guide/frameworks.md: needs the `rig`, `async-openai` and `genai` features (and, on
+/// the pinned toolchain, `--ignore-rust-version` for rig-core).
+#[cfg(all(doctest, feature = "rig", feature = "async-openai", feature = "genai"))]
+#[doc = include_str!("../docs/guide/frameworks.md")]
+struct GuideFrameworksDoctests;
+
+/// docs/guide/stores.md: needs the `sqlite` feature.
+#[cfg(all(doctest, feature = "sqlite"))]
+#[doc = include_str!("../docs/guide/stores.md")]
+struct GuideStoresDoctests;
+
+/// docs/guide/operating.md.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/operating.md")]
+struct GuideOperatingDoctests;
+
+/// docs/guide/settings.md.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/settings.md")]
+struct GuideSettingsDoctests;
+
+/// docs/guide/performance.md.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/performance.md")]
+struct GuidePerformanceDoctests;
+
+/// docs/guide/testing.md.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/testing.md")]
+struct GuideTestingDoctests;
