@@ -6,6 +6,11 @@
 # .ci/check-replay.sh last builds it, and the `idem` command of `cargo test -p idem-cli`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The README runs the main job in release; IDEM_CI_PROFILE=dev (what .ci/run sets) checks the
+# same output with the debug build the tests already made, instead of building every
+# dependency again with optimizations.
+profile="${IDEM_CI_PROFILE:-release}"
+profile_dir=$([ "$profile" = dev ] && echo debug || echo "$profile")
 target="${CARGO_TARGET_DIR:-target}"
 
 fail() { echo "check-docs: $*" >&2; exit 1; }
@@ -15,8 +20,8 @@ trap 'rm -rf "$scratch"' EXIT
 
 # The main job, built as .ci/check-replay.sh last builds it (its counts do not depend on the
 # store feature: without --store the store is memory).
-cargo build --release --features sqlite --example replay
-replay="$target/release/examples/replay"
+cargo build --profile "$profile" --features sqlite --example replay
+replay="$target/$profile_dir/examples/replay"
 transcripts=(examples/transcripts/*.json)
 
 # docs/guide/dispatch.md, "The main job": --scope call over every transcript.

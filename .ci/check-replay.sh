@@ -3,8 +3,13 @@
 # without lost responses, and a clean failure on malformed input.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --example replay
-replay="${CARGO_TARGET_DIR:-target}/release/examples/replay"
+# The README runs the main job in release; IDEM_CI_PROFILE=dev (what .ci/run sets) checks the
+# same output with the debug build the tests already made, instead of building every
+# dependency again with optimizations.
+profile="${IDEM_CI_PROFILE:-release}"
+profile_dir=$([ "$profile" = dev ] && echo debug || echo "$profile")
+cargo build --profile "$profile" --example replay
+replay="${CARGO_TARGET_DIR:-target}/$profile_dir/examples/replay"
 transcripts=(examples/transcripts/*.json)
 
 field() { sed -E "s/.*\"$1\":([0-9]+).*/\1/" <<<"$2"; }
@@ -96,7 +101,7 @@ set +e
 code=$?
 set -e
 [ "$code" = 1 ] && grep -q 'needs the `sqlite` cargo feature' "$scratch/err" || fail "--store sqlite without the feature: exit $code, $(cat "$scratch/err")"
-cargo build --release --features sqlite --example replay
+cargo build --profile "$profile" --features sqlite --example replay
 db="$scratch/persist.sqlite3"
 first=$("$replay" --store "sqlite:$db" "${transcripts[@]}" | tail -n 1)
 second=$("$replay" --store "sqlite:$db" "${transcripts[@]}" | tail -n 1)
