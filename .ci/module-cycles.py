@@ -13,6 +13,7 @@ is listed with --allow. Prints the layers (each module above everything it impor
 
     python3 .ci/module-cycles.py idem-runtime/src
     python3 .ci/module-cycles.py idem-runtime/src --graph   # every edge with its sites
+    python3 .ci/module-cycles.py --self-test                 # the checker on made-up crates
 """
 
 import os
@@ -150,7 +151,7 @@ def top_level_refs(text, modpath, tops, reexports):
             heads.append(token)
         return heads
 
-    for m in re.finditer(r"(?<![\w$])(\$?crate|(?:super\s*::\s*)+)\s*::\s*", text):
+    for m in re.finditer(r"(?<![\w$])(\$?crate\s*::\s*|(?:super\s*::\s*)+)", text):
         head = m.group(1)
         # `super::…` reaches the crate root only when it climbs exactly out of this
         # file's module path; fewer stay inside this top-level module.
@@ -183,8 +184,47 @@ def root_reexports(src, tops):
     return found
 
 
+def self_test():
+    """The checker finds the cycles it should and only those (run by .ci/run first)."""
+    import subprocess
+    import tempfile
+
+    def check(files):
+        with tempfile.TemporaryDirectory() as src:
+            for name, text in files.items():
+                os.makedirs(os.path.dirname(os.path.join(src, name)), exist_ok=True)
+                open(os.path.join(src, name), "w").write(text)
+            run = subprocess.run([sys.executable, __file__, src], capture_output=True, text=True)
+            return run.returncode
+
+    lib = "pub mod a; pub mod b; pub mod c;\npub use b::Bee;\n"
+    cases = [
+        ("one direction", {"a.rs": "use crate::b::Bee;", "b.rs": "use crate::c::X;", "c.rs": ""}, 0),
+        ("a use cycle", {"a.rs": "use crate::b::Bee;", "b.rs": "fn f() { crate::a::g(); }", "c.rs": ""}, 1),
+        ("a grouped import", {"a.rs": "use crate::{c::X, b};", "b.rs": "use crate::{a::Y};", "c.rs": ""}, 1),
+        ("through a root re-export", {"a.rs": "fn f(_: crate::Bee) {}", "b.rs": "use crate::a::Y;", "c.rs": ""}, 1),
+        ("super from a folder", {"a/mod.rs": "mod d;", "a/d.rs": "use super::super::b::Bee;", "b.rs": "use crate::a::Y;", "c.rs": ""}, 1),
+        ("super within a folder", {"a/mod.rs": "mod d;", "a/d.rs": "use super::Y;", "b.rs": "use crate::a::Y;", "c.rs": ""}, 0),
+        ("comments, strings, cfg(test)", {
+            "a.rs": "// crate::b::Bee\n/* crate::b */\nconst S: &str = \"crate::b::Bee\";\n"
+                    "#[cfg(test)]\nmod tests { use crate::b::Bee; }\n",
+            "b.rs": "use crate::a::Y;", "c.rs": ""}, 0),
+        ("macros", {"a.rs": "macro_rules! m { () => { $crate::b::Bee } }", "b.rs": "use crate::a::Y;", "c.rs": ""}, 1),
+    ]
+    failed = 0
+    for name, files, expected in cases:
+        files = dict(files, **{"lib.rs": lib})
+        got = check(files)
+        ok = got == expected
+        failed += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} {name}: exit {got}, expected {expected}")
+    return 1 if failed else 0
+
+
 def main():
     args = sys.argv[1:]
+    if "--self-test" in args:
+        return self_test()
     show_graph = "--graph" in args
     allow = []
     if "--allow" in args:

@@ -14,7 +14,7 @@
 //! (`isError: true`) saying what to send. The store is the process default: memory, or the
 //! locator in `IDEM_STORE` (`sqlite:refunds.db` with `--features rmcp,sqlite`).
 //!
-//! `integration-tests/tests/mcp_server_stdio.rs` runs this binary under an rmcp client.
+//! `integration-tests/tests/it/mcp_server_stdio.rs` runs this binary under an rmcp client.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -55,7 +55,7 @@ fn unsigned() -> Tool {
 
 // pins D8, K4: below i64::MIN the model's integer is refused for an i64 (and read exactly
 // for an i128, as this build can): never i64::MIN, as in the default build
-// (idem-runtime/tests/adversarial_issue10.rs, integers_below_i64_min_are_refused).
+// (idem-runtime/tests/it/adversarial_issue10.rs, integers_below_i64_min_are_refused).
 #[test]
 fn integers_below_i64_min_are_never_i64_min_here() {
     for text in [

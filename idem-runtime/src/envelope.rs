@@ -14,7 +14,7 @@
 //! exact. A reader accepts the members in any order. What JSON cannot tell apart is not
 //! kept apart: `Some(None)` and `None` of an `Option<Option<T>>` are both `null`, so both
 //! replay as `None` (and, as arguments, share a key); use an enum when the difference
-//! matters. `idem-runtime/tests/golden_envelope.rs`
+//! matters. `idem-runtime/tests/it/golden_envelope.rs`
 //! pins this format.
 
 use std::fmt;

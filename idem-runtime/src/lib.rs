@@ -5,6 +5,20 @@
 //! `#[idempotent]` attribute. The rules this crate implements are the ids of the project's
 //! `CONTRACT.md` (K: keys, S: store semantics, D: dispatch, T: test kit), cited in each
 //! item's documentation.
+//!
+//! # Layers
+//!
+//! A call's data flows call → key → store → body → store, and the modules are layered the
+//! same way: each imports only from the layers below it (`.ci/module-cycles.py` fails CI on
+//! an import cycle between top-level modules and prints these layers).
+//!
+//! | layer | modules | what |
+//! | --- | --- | --- |
+//! | values | [`canonical`], [`clock`], [`reconcile`], [`scope`], [`key`], [`envelope`], [`spec`], [`args`], [`label`] | canonical JSON, keys, scopes, tool specs, record labels |
+//! | storage | [`store`], then [`error`], [`outcome`], [`settings`] | the `Store` trait and backends; errors and outcomes that carry store errors; run-time settings |
+//! | engine | [`engine`], then [`context`], [`inspect`] | store + clock + settings; the call context (which resolves a scope for a call, and carries the running [`attempt`]) |
+//! | protocol | [`dispatch`], [`telemetry`], [`testkit`], heartbeats, [`call`] | provider dispatch, spans and metrics, the test kit, the claim → body → save protocol |
+//! | edges | [`integrations`], `macro_support` | rmcp, rig, async-openai, genai; what `#[idempotent]` expands to |
 
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]

@@ -1,7 +1,7 @@
 //! Adversarial review of issue 7 through the attribute: the lease while a reconcile function
 //! runs (L1, U3).
 //!
-//! Run: `cargo test --test adversarial_issue7_macro -- --include-ignored --test-threads=1`
+//! Run: `cargo test --test it adversarial_issue7_macro:: -- --include-ignored --test-threads=1`
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! Adversarial probes of the store backends through the attribute (issue 3). Each test names
 //! the contract rules it pins. The store-level probes are in
-//! `idem-runtime/tests/adversarial_stores.rs`.
+//! `idem-runtime/tests/it/adversarial_stores.rs`.
 
 #![cfg(feature = "redis")]
 

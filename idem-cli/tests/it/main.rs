@@ -1,10 +1,10 @@
 //! The `idem` binary's integration tests, one test binary over one shared harness
-//! ([`common`]): [`cli`] runs it against real stores as a person would, [`adversarial`]
+//! ([`common`]): [`cli`] runs it against real stores as a person would, [`adversarial_cli`]
 //! against odd inputs from a review.
 //!
 //! SQLite and the tests that need no server always run; PostgreSQL and Redis with the
 //! test-only cargo features `test-postgres` and `test-redis`.
 
-mod adversarial;
+mod adversarial_cli;
 mod cli;
 mod common;

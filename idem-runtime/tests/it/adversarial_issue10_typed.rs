@@ -1,5 +1,5 @@
 //! Adversarial review of D10 on the typed async-openai paths (feature `async-openai`):
-//! `cargo test -p idem-runtime --features async-openai --test adversarial_issue10_typed`.
+//! `cargo test -p idem-runtime --features async-openai --test it adversarial_issue10_typed::`.
 
 #![cfg(feature = "async-openai")]
 

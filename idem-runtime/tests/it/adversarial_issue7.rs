@@ -2,7 +2,7 @@
 //! unknown outcomes (U1–U5), garbage collection (G1). Tests marked `#[ignore = "BUG: …"]`
 //! fail against the contract; the others pin what held.
 //!
-//! Run: `cargo test -p idem-runtime --features sqlite,postgres,redis --test adversarial_issue7
+//! Run: `cargo test -p idem-runtime --features sqlite,postgres,redis --test it adversarial_issue7::
 //!       -- --include-ignored --test-threads=1`
 
 #![allow(clippy::type_complexity)]

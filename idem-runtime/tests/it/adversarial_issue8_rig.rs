@@ -1,5 +1,5 @@
 //! adv8: the rig wrapper (contract R1–R3, K7).
-//! Run: `cargo test -p idem-runtime --features rig,genai --ignore-rust-version --test adversarial_issue8_rig`.
+//! Run: `cargo test -p idem-runtime --features rig,genai --ignore-rust-version --test it adversarial_issue8_rig::`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -11,8 +11,8 @@
 //! up after themselves.
 //!
 //! ```text
-//! cargo test -p idem-runtime --features sqlite,redis,postgres --test adversarial_stores
-//! cargo test -p idem-runtime --features sqlite,redis,postgres --test adversarial_stores -- --ignored
+//! cargo test -p idem-runtime --features sqlite,redis,postgres --test it adversarial_stores::
+//! cargo test -p idem-runtime --features sqlite,redis,postgres --test it adversarial_stores:: -- --ignored
 //! ```
 
 #![allow(dead_code)]

@@ -3,7 +3,7 @@
 //! (`ErasedHandler` over `ToolAdapter`, with the run's `ToolContext` as rig-agent passes
 //! it), and direct typed calls of the `Tool` trait.
 //!
-//! Run: `cargo test -p idem-runtime --features rig --ignore-rust-version --test rig`.
+//! Run: `cargo test -p idem-runtime --features rig --ignore-rust-version --test it rig::`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

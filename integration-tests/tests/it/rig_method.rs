@@ -4,7 +4,7 @@
 //! `name` must be given (every such method is called `call`), and the `ToolContext`
 //! parameter is skipped (it is `Serialize`, and holds the host's values, not the intent).
 //!
-//! Run: `cargo test -p idem-integration-tests --features rig --ignore-rust-version --test rig_method`.
+//! Run: `cargo test -p idem-integration-tests --features rig --ignore-rust-version --test it rig_method::`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
