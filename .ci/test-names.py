@@ -36,13 +36,12 @@ def names(path):
         m = RUNNING.match(line)
         if m:
             source, stem = m.groups()
+            # Unit tests are named by the crate's library or binary, integration tests by file.
             binary, doc = stem, False
             if source.endswith("tests/it/main.rs"):
                 binary = "it"
             elif source.startswith("tests/") and source.endswith(".rs"):
                 binary = source.rsplit("/", 1)[1][:-3]
-            elif source.startswith("src/"):
-                binary = stem  # the crate's unit tests: its library or binary name
             continue
         m = DOCTESTS.match(line)
         if m:
@@ -60,8 +59,7 @@ def names(path):
             else:
                 found.add(f"doc:{binary}::{name}")
         elif binary == "it" and "::" in name:
-            module, rest = name.split("::", 1)
-            found.add(f"{module}::{rest}")
+            found.add(name)  # module::test reads as the former file's binary::test
         else:
             found.add(f"{binary}::{name}")
     # The k-th doctest of an item, in line order: names that survive edits above it.
