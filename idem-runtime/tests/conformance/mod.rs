@@ -24,11 +24,13 @@ use crate::support::{default_spec, key_of, refund, spec, FaultyStore, Harness, T
 
 mod inspect;
 mod never_twice;
+mod shared_backend;
 pub use inspect::*;
 pub use never_twice::*;
+pub use shared_backend::*;
 
-/// The label every claim and takeover of these tests writes (P1).
-static LABEL: std::sync::LazyLock<idem_runtime::RecordLabel> = std::sync::LazyLock::new(|| {
+/// The label every claim and takeover of these tests writes (P1); the backends' own store-level tests use it too.
+pub static LABEL: std::sync::LazyLock<idem_runtime::RecordLabel> = std::sync::LazyLock::new(|| {
     idem_runtime::RecordLabel::new(
         "conformance",
         idem_runtime::ScopePath::new().with("conversation", "c-1"),

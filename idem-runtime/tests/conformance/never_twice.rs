@@ -19,13 +19,7 @@ use idem_runtime::{
 use super::{at, claim_req, fingerprint, harness, test_key, Factory};
 use crate::support::{key_of, Harness};
 
-/// The label every claim and takeover of these tests writes (P1).
-static LABEL: std::sync::LazyLock<idem_runtime::RecordLabel> = std::sync::LazyLock::new(|| {
-    idem_runtime::RecordLabel::new(
-        "conformance",
-        idem_runtime::ScopePath::new().with("conversation", "c-1"),
-    )
-});
+use super::LABEL;
 
 /// A `'static` spec: 24 h TTL, the given lease and wait (ms), heartbeat default (a third of
 /// the lease), and the given reconcile flag and cancellation rule.

@@ -7,6 +7,7 @@
 //! and again from a history, windowed histories) are stated in D7 and D10.
 
 use crate::common;
+use crate::support::{Intercept, Intercepted};
 
 use common::chat::{
     chat_call, chat_message, chat_response, chat_wrapper, entry, one_turn, WRAPPER,
@@ -22,10 +23,7 @@ use idem_runtime::dispatch::{
 };
 use idem_runtime::inspect::CallQuery;
 use idem_runtime::label::ScopePath;
-use idem_runtime::store::{
-    ChangeSignal, Claim, ClaimRequest, Completion, MarkUnknownRequest, OwnerToken, Record,
-    RenewRequest, StoreFuture, TakeoverRequest,
-};
+use idem_runtime::store::{Completion, OwnerToken, StoreFuture};
 use idem_runtime::testkit::{EffectLog, FailOn, LosingTransport};
 use idem_runtime::{
     prepare, CallStatus, Engine, Envelope, IdempotencyKey, MemoryStore, Scope, Store, Timestamp,
@@ -626,25 +624,13 @@ impl Transport for ImpatientTransport {
 /// network store's round trip back).
 #[derive(Debug)]
 struct SlowAck {
-    inner: MemoryStore,
     ack_delay: Duration,
 }
 
-impl Store for SlowAck {
-    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, Claim> {
-        self.inner.claim(req)
-    }
-    fn take_over<'a>(&'a self, req: TakeoverRequest<'a>) -> StoreFuture<'a, bool> {
-        self.inner.take_over(req)
-    }
-    fn renew<'a>(&'a self, req: RenewRequest<'a>) -> StoreFuture<'a, bool> {
-        self.inner.renew(req)
-    }
-    fn mark_unknown<'a>(&'a self, req: MarkUnknownRequest<'a>) -> StoreFuture<'a, bool> {
-        self.inner.mark_unknown(req)
-    }
+impl Intercept for SlowAck {
     fn complete<'a>(
         &'a self,
+        inner: &'a dyn Store,
         key: &'a IdempotencyKey,
         owner: OwnerToken,
         outcome: &'a Envelope,
@@ -652,26 +638,13 @@ impl Store for SlowAck {
     ) -> StoreFuture<'a, Completion> {
         let delay = self.ack_delay;
         Box::pin(async move {
-            let done = self.inner.complete(key, owner, outcome, now).await;
+            let done = inner.complete(key, owner, outcome, now).await;
             tokio::time::sleep(delay).await;
             done
         })
     }
-    fn release<'a>(&'a self, key: &'a IdempotencyKey, owner: OwnerToken) -> StoreFuture<'a, bool> {
-        self.inner.release(key, owner)
-    }
-    fn read<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        now: Timestamp,
-    ) -> StoreFuture<'a, Option<Record>> {
-        self.inner.read(key, now)
-    }
-    fn watch(&self, key: &IdempotencyKey) -> Option<ChangeSignal> {
-        self.inner.watch(key)
-    }
-    fn backend(&self) -> &'static str {
-        "slow-ack"
+    fn backend(&self) -> Option<&'static str> {
+        Some("slow-ack")
     }
 }
 
@@ -730,10 +703,12 @@ async fn a_run_that_outlives_its_timed_out_attempt_is_the_calls_own() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_whose_store_ack_is_slow_is_the_calls_own() {
     let log = EffectLog::new();
-    let store = SlowAck {
-        inner: MemoryStore::new(),
-        ack_delay: Duration::from_millis(300),
-    };
+    let store = Intercepted::new(
+        Arc::new(MemoryStore::new()),
+        SlowAck {
+            ack_delay: Duration::from_millis(300),
+        },
+    );
     let dispatcher = Dispatcher::builder()
         .tool(slow_body(&log))
         .engine(Engine::new(store, idem_runtime::SystemClock))

@@ -487,81 +487,10 @@ async fn l1_async_body_blocking_its_thread_is_taken_over() {
 // L1: renewals failing transiently, then recovering (held).
 // ---------------------------------------------------------------------------------------
 
-#[derive(Debug)]
-struct FlakyRenew {
-    inner: Arc<dyn Store>,
-    fail: std::sync::atomic::AtomicBool,
-    renewals: AtomicUsize,
-}
-
-impl Store for FlakyRenew {
-    fn claim<'a>(
-        &'a self,
-        req: idem_runtime::store::ClaimRequest<'a>,
-    ) -> idem_runtime::store::StoreFuture<'a, idem_runtime::store::Claim> {
-        self.inner.claim(req)
-    }
-    fn take_over<'a>(
-        &'a self,
-        req: idem_runtime::store::TakeoverRequest<'a>,
-    ) -> idem_runtime::store::StoreFuture<'a, bool> {
-        self.inner.take_over(req)
-    }
-    fn renew<'a>(
-        &'a self,
-        req: idem_runtime::store::RenewRequest<'a>,
-    ) -> idem_runtime::store::StoreFuture<'a, bool> {
-        self.renewals.fetch_add(1, Ordering::SeqCst);
-        if self.fail.load(Ordering::SeqCst) {
-            return Box::pin(std::future::ready(Err(idem_runtime::StoreError::new(
-                "flaky",
-                idem_runtime::StoreErrorKind::Unavailable,
-                "timeout",
-            ))));
-        }
-        self.inner.renew(req)
-    }
-    fn mark_unknown<'a>(
-        &'a self,
-        req: idem_runtime::store::MarkUnknownRequest<'a>,
-    ) -> idem_runtime::store::StoreFuture<'a, bool> {
-        self.inner.mark_unknown(req)
-    }
-    fn complete<'a>(
-        &'a self,
-        key: &'a idem_runtime::IdempotencyKey,
-        owner: idem_runtime::store::OwnerToken,
-        outcome: &'a idem_runtime::Envelope,
-        now: idem_runtime::Timestamp,
-    ) -> idem_runtime::store::StoreFuture<'a, idem_runtime::store::Completion> {
-        self.inner.complete(key, owner, outcome, now)
-    }
-    fn release<'a>(
-        &'a self,
-        key: &'a idem_runtime::IdempotencyKey,
-        owner: idem_runtime::store::OwnerToken,
-    ) -> idem_runtime::store::StoreFuture<'a, bool> {
-        self.inner.release(key, owner)
-    }
-    fn read<'a>(
-        &'a self,
-        key: &'a idem_runtime::IdempotencyKey,
-        now: idem_runtime::Timestamp,
-    ) -> idem_runtime::store::StoreFuture<'a, Option<Record>> {
-        self.inner.read(key, now)
-    }
-    fn backend(&self) -> &'static str {
-        "flaky"
-    }
-}
-
 #[tokio::test]
 async fn held_transient_renewal_failures_then_recovery() {
-    let flaky = Arc::new(FlakyRenew {
-        inner: Arc::new(MemoryStore::new()),
-        fail: std::sync::atomic::AtomicBool::new(true),
-        renewals: AtomicUsize::new(0),
-    });
+    let flaky = Arc::new(crate::support::FaultyStore::default());
+    flaky.fail_renew.store(true, Ordering::SeqCst);
     let clock = ManualClock::new();
     let engine = Engine::from_shared(flaky.clone(), Arc::new(clock.clone()));
     let spec = spec("adv7_flaky", 86_400_000, 3_000, 0, false, OnCancel::Hold);
@@ -575,7 +504,7 @@ async fn held_transient_renewal_failures_then_recovery() {
     for step in 1..=40 {
         clock.advance(Duration::from_millis(250));
         if step == 6 {
-            flaky.fail.store(false, Ordering::SeqCst); // recovered at 1.5 s
+            flaky.fail_renew.store(false, Ordering::SeqCst); // recovered at 1.5 s
         }
         tokio::task::yield_now().await;
         assert!(poll_once(&mut owner).is_pending());
@@ -840,13 +769,8 @@ mod dispatch_checks {
 #[cfg(all(feature = "redis", feature = "postgres", feature = "sqlite"))]
 mod net {
     use super::*;
-    use idem_runtime::store::{
-        ChangeSignal, Claim, ClaimRequest, Completion, MarkUnknownRequest, OwnerToken,
-        RenewRequest, StoreFuture, TakeoverRequest,
-    };
-    use idem_runtime::{
-        Envelope, IdempotencyKey, PostgresStore, RedisStore, SqliteStore, SystemClock, Timestamp,
-    };
+    use idem_runtime::store::OwnerToken;
+    use idem_runtime::{IdempotencyKey, PostgresStore, RedisStore, SqliteStore, SystemClock};
 
     pub fn redis_url() -> String {
         std::env::var("IDEM_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
@@ -947,69 +871,9 @@ mod net {
         }
     }
 
-    /// A store that forwards to another and counts takeovers.
-    #[derive(Debug)]
-    pub struct Spy {
-        pub inner: Arc<dyn Store>,
-        pub takeovers: AtomicUsize,
-        pub renewals: AtomicUsize,
-    }
-    impl Spy {
-        pub fn on(inner: Arc<dyn Store>) -> Arc<Spy> {
-            Arc::new(Spy {
-                inner,
-                takeovers: AtomicUsize::new(0),
-                renewals: AtomicUsize::new(0),
-            })
-        }
-    }
-    impl Store for Spy {
-        fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, Claim> {
-            self.inner.claim(req)
-        }
-        fn take_over<'a>(&'a self, req: TakeoverRequest<'a>) -> StoreFuture<'a, bool> {
-            self.takeovers.fetch_add(1, Ordering::SeqCst);
-            self.inner.take_over(req)
-        }
-        fn renew<'a>(&'a self, req: RenewRequest<'a>) -> StoreFuture<'a, bool> {
-            self.renewals.fetch_add(1, Ordering::SeqCst);
-            self.inner.renew(req)
-        }
-        fn mark_unknown<'a>(&'a self, req: MarkUnknownRequest<'a>) -> StoreFuture<'a, bool> {
-            self.inner.mark_unknown(req)
-        }
-        fn complete<'a>(
-            &'a self,
-            key: &'a IdempotencyKey,
-            owner: OwnerToken,
-            outcome: &'a Envelope,
-            now: Timestamp,
-        ) -> StoreFuture<'a, Completion> {
-            self.inner.complete(key, owner, outcome, now)
-        }
-        fn release<'a>(
-            &'a self,
-            key: &'a IdempotencyKey,
-            owner: OwnerToken,
-        ) -> StoreFuture<'a, bool> {
-            self.inner.release(key, owner)
-        }
-        fn read<'a>(
-            &'a self,
-            key: &'a IdempotencyKey,
-            now: Timestamp,
-        ) -> StoreFuture<'a, Option<Record>> {
-            self.inner.read(key, now)
-        }
-        fn watch(&self, key: &IdempotencyKey) -> Option<ChangeSignal> {
-            self.inner.watch(key)
-        }
-        fn needs_runtime_io(&self) -> bool {
-            self.inner.needs_runtime_io()
-        }
-        fn backend(&self) -> &'static str {
-            self.inner.backend()
-        }
+    /// A store that forwards to another and counts takeovers and renewals.
+    fn spy(inner: Arc<dyn Store>) -> Arc<crate::support::FaultyStore> {
+        Arc::new(crate::support::FaultyStore::wrapping(inner))
     }
 
     async fn eventually(
@@ -1077,7 +941,7 @@ mod net {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             let (store, _keep) = make(kind).await;
-            let spy = Spy::on(store);
+            let spy = spy(store);
             let engine = Engine::from_shared(spy.clone(), Arc::new(SystemClock));
             let spec = spec("adv7_sync_hb", 86_400_000, 600, 0, false, OnCancel::Hold);
             let c = ctx(&engine, "conv_sync_hb");
@@ -1359,7 +1223,7 @@ mod net {
     // dropped takeover instead of since the original run.
     async fn drop_during_takeover(kind: &'static str) -> (Option<Record>, String) {
         let (store, _keep) = make(kind).await;
-        let spy = Spy::on(store.clone());
+        let spy = spy(store.clone());
         let engine = Engine::from_shared(spy.clone(), Arc::new(SystemClock));
         let spec = spec(
             "adv7_drop_takeover",
@@ -1605,7 +1469,7 @@ mod net {
                 .build()
                 .unwrap();
             let (store, _keep) = rt.block_on(make(kind));
-            let spy = Spy::on(store);
+            let spy = spy(store);
             let engine = Engine::from_shared(spy.clone(), Arc::new(SystemClock));
             let spec = spec("adv7_sync_ct", 86_400_000, 400, 0, false, OnCancel::Hold);
             let c = ctx(&engine, "conv_sync_ct");

@@ -18,6 +18,7 @@
 #![allow(dead_code)]
 
 use crate::support;
+use support::{Intercept, Intercepted};
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -31,13 +32,7 @@ use idem_runtime::store::{
 };
 use idem_runtime::{Store, Timestamp};
 
-/// The label every claim and takeover of these tests writes (P1).
-static LABEL: std::sync::LazyLock<idem_runtime::RecordLabel> = std::sync::LazyLock::new(|| {
-    idem_runtime::RecordLabel::new(
-        "conformance",
-        idem_runtime::ScopePath::new().with("conversation", "c-1"),
-    )
-});
+use crate::conformance::LABEL;
 
 const T0: u64 = 1_735_689_600_000;
 
@@ -438,18 +433,15 @@ fn assert_corrupt_error(
 
 /// A memory store whose take-over compare-and-set never matches, as a store whose stored
 /// owner never equals the owner it returned would behave.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct RefusingTakeovers {
-    inner: Arc<dyn Store>,
     takeovers: AtomicUsize,
 }
 
-impl Store for RefusingTakeovers {
-    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> idem_runtime::store::StoreFuture<'a, Claim> {
-        self.inner.claim(req)
-    }
+impl Intercept for RefusingTakeovers {
     fn take_over<'a>(
         &'a self,
+        _: &'a dyn Store,
         _: TakeoverRequest<'a>,
     ) -> idem_runtime::store::StoreFuture<'a, bool> {
         self.takeovers.fetch_add(1, Ordering::SeqCst);
@@ -460,43 +452,8 @@ impl Store for RefusingTakeovers {
             Ok(false)
         })
     }
-    fn complete<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        owner: OwnerToken,
-        outcome: &'a Envelope,
-        now: Timestamp,
-    ) -> idem_runtime::store::StoreFuture<'a, Completion> {
-        self.inner.complete(key, owner, outcome, now)
-    }
-    fn release<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        owner: OwnerToken,
-    ) -> idem_runtime::store::StoreFuture<'a, bool> {
-        self.inner.release(key, owner)
-    }
-    fn read<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        now: Timestamp,
-    ) -> idem_runtime::store::StoreFuture<'a, Option<idem_runtime::store::Record>> {
-        self.inner.read(key, now)
-    }
-    fn renew<'a>(
-        &'a self,
-        req: idem_runtime::store::RenewRequest<'a>,
-    ) -> idem_runtime::store::StoreFuture<'a, bool> {
-        self.inner.renew(req)
-    }
-    fn mark_unknown<'a>(
-        &'a self,
-        req: idem_runtime::store::MarkUnknownRequest<'a>,
-    ) -> idem_runtime::store::StoreFuture<'a, bool> {
-        self.inner.mark_unknown(req)
-    }
-    fn backend(&self) -> &'static str {
-        "refusing"
+    fn backend(&self) -> Option<&'static str> {
+        Some("refusing")
     }
 }
 
@@ -506,10 +463,10 @@ impl Store for RefusingTakeovers {
 // without running the body.
 #[tokio::test]
 async fn failing_takeovers_never_spin() {
-    let refusing = Arc::new(RefusingTakeovers {
-        inner: Arc::new(idem_runtime::MemoryStore::new()),
-        takeovers: AtomicUsize::new(0),
-    });
+    let refusing = Arc::new(Intercepted::new(
+        Arc::new(idem_runtime::MemoryStore::new()),
+        RefusingTakeovers::default(),
+    ));
     let (out, claims, runs) = call_on_rewritten_record(refusing.clone(), |_| async {}).await;
     assert_eq!(runs, 0, "the body ran without a claim");
     let takeovers = refusing.takeovers.load(Ordering::SeqCst);

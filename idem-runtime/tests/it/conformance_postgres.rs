@@ -15,7 +15,6 @@
 use crate::conformance;
 use crate::support;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,18 +23,12 @@ use idem_runtime::store::{
     Record, RecordState, RenewRequest, TakeoverRequest, POSTGRES_SCHEMA_VERSION,
 };
 use idem_runtime::{
-    prepare, CallContext, Clock, Engine, Envelope, Fingerprint, IdempotencyKey,
-    PostgresConnectError, PostgresStore, Store, StoreErrorKind, SystemClock, Timestamp, ToolError,
+    prepare, Clock, Envelope, Fingerprint, IdempotencyKey, PostgresConnectError, PostgresStore,
+    Store, StoreErrorKind, SystemClock, Timestamp, ToolError,
 };
 use support::{default_spec, refund, Harness, TestStore};
 
-/// The label every claim and takeover of these tests writes (P1).
-static LABEL: std::sync::LazyLock<idem_runtime::RecordLabel> = std::sync::LazyLock::new(|| {
-    idem_runtime::RecordLabel::new(
-        "conformance",
-        idem_runtime::ScopePath::new().with("conversation", "c-1"),
-    )
-});
+use crate::conformance::LABEL;
 
 fn url() -> String {
     std::env::var("IDEM_TEST_POSTGRES_URL")
@@ -157,78 +150,19 @@ conformance_suite!(postgres, super::postgres, async_only);
 // the same 8 keys → exactly one execution per key, and every caller gets that execution's outcome
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_stores_run_each_key_once() {
-    const KEYS: u64 = 8;
-    const TASKS_PER_STORE: usize = 32;
     let schema = Schema::fresh();
-    let stores = [schema.store(), schema.store()];
-    let spec = support::spec("hammer", 86_400_000, 60_000, 30_000);
-    let executions: Arc<Vec<AtomicUsize>> =
-        Arc::new((0..KEYS).map(|_| AtomicUsize::new(0)).collect());
-    let barrier = Arc::new(tokio::sync::Barrier::new(2 * TASKS_PER_STORE));
-    let mut tasks = Vec::new();
-    for (s, store) in stores.iter().enumerate() {
-        let h = Arc::new(Harness::on(TestStore {
-            store: Arc::new(store.clone()),
-            keep: None,
-        }));
-        for t in 0..TASKS_PER_STORE {
-            let (h, executions, barrier) = (h.clone(), executions.clone(), barrier.clone());
-            tasks.push(tokio::spawn(async move {
-                let ctx = h.ctx("conv_two_stores");
-                barrier.wait().await;
-                let mut seen = Vec::new();
-                for i in 0..KEYS {
-                    let order = (i + t as u64) % KEYS; // tasks start on different keys
-                    let p =
-                        prepare(spec, Some(&ctx), |a| a.key("order", &order).map(drop)).unwrap();
-                    let executions = executions.clone();
-                    let out = p
-                        .run(async move {
-                            let n = executions[order as usize].fetch_add(1, Ordering::SeqCst);
-                            tokio::time::sleep(Duration::from_millis(2)).await;
-                            Ok::<_, ToolError>(format!("order {order}: store {s}, run {n}"))
-                        })
-                        .await;
-                    seen.push((order, out.expect("every caller gets the outcome")));
-                }
-                seen
-            }));
-        }
-    }
-    let mut seen = Vec::new();
-    for task in tasks {
-        seen.extend(task.await.unwrap());
-    }
-    conformance::assert_one_execution_and_one_outcome_per_key(&executions, seen);
+    conformance::two_stores_run_each_key_once([Arc::new(schema.store()), Arc::new(schema.store())])
+        .await;
 }
 
 // pins S3, S8: a completed key replays through a new store (a new pool: a restarted process)
 #[tokio::test]
 async fn completed_keys_replay_through_a_new_store() {
     let schema = Schema::fresh();
-    let h = Harness::on(TestStore {
-        store: Arc::new(schema.store()),
-        keep: None,
-    });
-    let ctx = h.ctx("conv_restart");
-    assert_eq!(refund(default_spec(), &ctx, &h.log, 1).await, Ok(100));
-    drop(ctx);
-    let clock = h.clock.clone();
-    drop(h);
-    let engine = Engine::from_shared(Arc::new(schema.store()), Arc::new(clock));
-    let ctx = CallContext::new()
-        .with_engine(engine)
-        .with_conversation("conv_restart");
-    let p = prepare(default_spec(), Some(&ctx), |a| {
-        a.key("order", &1u64).map(drop)
+    conformance::completed_keys_replay_through_a_new_store(Arc::new(schema.store()), || {
+        Arc::new(schema.store())
     })
-    .unwrap();
-    let out: Result<u64, ToolError> = p.run(async { panic!("must replay") }).await;
-    assert_eq!(out, Ok(100));
-    assert_eq!(
-        ctx.last_outcome().unwrap().status,
-        idem_runtime::CallStatus::Replayed
-    );
+    .await;
 }
 
 // pins S7, U4: a body that panics inside a task leaves its outcome unknown (the mark is a store

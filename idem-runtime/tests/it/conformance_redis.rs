@@ -22,13 +22,7 @@ use std::sync::Arc;
 use idem_runtime::{prepare, RedisConnectError, RedisStore, Store, StoreErrorKind, ToolError};
 use support::{default_spec, refund, Harness, TestStore};
 
-/// The label every claim and takeover of these tests writes (P1).
-static LABEL: std::sync::LazyLock<idem_runtime::RecordLabel> = std::sync::LazyLock::new(|| {
-    idem_runtime::RecordLabel::new(
-        "conformance",
-        idem_runtime::ScopePath::new().with("conversation", "c-1"),
-    )
-});
+use crate::conformance::LABEL;
 
 fn redis_url() -> String {
     std::env::var("IDEM_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
@@ -87,52 +81,17 @@ conformance_suite!(redis, super::redis_store, async_only);
 // 32 tasks each, on the same 8 keys → exactly one execution per key, one shared outcome
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_stores_on_one_server_run_each_key_once() {
-    const KEYS: u64 = 8;
-    const TASKS_PER_STORE: usize = 32;
     let (prefix, _cleanup) = fresh_prefix();
-    let spec = support::spec("hammer", 86_400_000, 60_000, 30_000);
-    let executions: Arc<Vec<AtomicUsize>> =
-        Arc::new((0..KEYS).map(|_| AtomicUsize::new(0)).collect());
-    let barrier = Arc::new(tokio::sync::Barrier::new(2 * TASKS_PER_STORE));
-    let mut tasks = Vec::new();
-    for s in 0..2 {
+    let mut stores: Vec<Arc<dyn Store>> = Vec::new();
+    for _ in 0..2 {
         let store = RedisStore::connect(&redis_url())
             .await
             .expect("connect")
             .with_prefix(prefix.clone());
-        let h = Arc::new(Harness::on(TestStore {
-            store: Arc::new(store),
-            keep: None,
-        }));
-        for t in 0..TASKS_PER_STORE {
-            let (h, executions, barrier) = (h.clone(), executions.clone(), barrier.clone());
-            tasks.push(tokio::spawn(async move {
-                let ctx = h.ctx("conv_two_stores");
-                barrier.wait().await;
-                let mut seen = Vec::new();
-                for i in 0..KEYS {
-                    let order = (i + t as u64) % KEYS; // tasks start on different keys
-                    let p =
-                        prepare(spec, Some(&ctx), |a| a.key("order", &order).map(drop)).unwrap();
-                    let executions = &executions;
-                    let out = p
-                        .run(async move {
-                            let n = executions[order as usize].fetch_add(1, Ordering::SeqCst);
-                            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-                            Ok::<_, ToolError>(format!("order {order}: store {s}, run {n}"))
-                        })
-                        .await;
-                    seen.push((order, out.expect("every caller gets the outcome")));
-                }
-                seen
-            }));
-        }
+        stores.push(Arc::new(store));
     }
-    let mut seen = Vec::new();
-    for task in tasks {
-        seen.extend(task.await.unwrap());
-    }
-    conformance::assert_one_execution_and_one_outcome_per_key(&executions, seen);
+    let stores: [Arc<dyn Store>; 2] = stores.try_into().map_err(|_| "two stores").unwrap();
+    conformance::two_stores_run_each_key_once(stores).await;
 }
 
 // pins S10: a sync tool outside any runtime gets a typed Unsupported store error and its body
@@ -343,6 +302,7 @@ mod never_twice {
     };
 
     use super::{fresh_prefix, redis_url, Cleanup};
+    use crate::conformance::{mark_unknown, read, renew};
 
     const DAY_MS: u64 = 86_400_000;
     const YEAR_MS: u64 = 365 * DAY_MS;
@@ -472,46 +432,6 @@ mod never_twice {
             })
             .await
             .unwrap()
-    }
-
-    pub(super) async fn renew(
-        store: &RedisStore,
-        key: &IdempotencyKey,
-        owner: OwnerToken,
-        now: Timestamp,
-        lease_until: Timestamp,
-    ) -> bool {
-        store
-            .renew(RenewRequest {
-                key,
-                owner,
-                now,
-                lease_until,
-            })
-            .await
-            .unwrap()
-    }
-
-    async fn mark_unknown(
-        store: &RedisStore,
-        key: &IdempotencyKey,
-        owner: OwnerToken,
-        now: Timestamp,
-        since: Timestamp,
-    ) -> bool {
-        store
-            .mark_unknown(MarkUnknownRequest {
-                key,
-                owner,
-                now,
-                since,
-            })
-            .await
-            .unwrap()
-    }
-
-    pub(super) async fn read(store: &RedisStore, key: &IdempotencyKey, now: Timestamp) -> Record {
-        store.read(key, now).await.unwrap().expect("a live record")
     }
 
     pub(super) fn outcome() -> Envelope {
@@ -1307,7 +1227,8 @@ mod index {
     };
     use idem_runtime::{IdempotencyKey, RecordLabel, RedisStore, ScopePath, Store, Timestamp};
 
-    use super::never_twice::{claim, digits, fp, key, outcome, plus, read, setup, take_over, Raw};
+    use super::never_twice::{claim, digits, fp, key, outcome, plus, setup, take_over, Raw};
+    use crate::conformance::read;
 
     /// Claims `key` at `now` with `label` (lease 1 s, TTL 10 s).
     async fn claim_labelled(

@@ -10,15 +10,15 @@
 use crate::conformance;
 use crate::support;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 
+use conformance::{mark_unknown, read, renew};
 use idem_runtime::envelope::Envelope;
 use idem_runtime::key::{Fingerprint, IdempotencyKey};
 use idem_runtime::store::sqlite::SQLITE_SCHEMA_VERSION;
 use idem_runtime::store::{
-    Claim, ClaimRequest, Completion, ListQuery, MarkUnknownRequest, OwnerToken, PurgeOutcome,
-    Record, RecordState, RenewRequest, TakeoverRequest,
+    Claim, ClaimRequest, Completion, ListQuery, OwnerToken, PurgeOutcome, Record, RecordState,
+    TakeoverRequest,
 };
 use idem_runtime::{
     prepare, Clock, SqliteOpenError, SqliteStore, Store, StoreErrorKind, SystemClock, Timestamp,
@@ -26,13 +26,7 @@ use idem_runtime::{
 };
 use support::{default_spec, refund, Harness, TestStore};
 
-/// The label every claim and takeover of these tests writes (P1).
-static LABEL: std::sync::LazyLock<idem_runtime::RecordLabel> = std::sync::LazyLock::new(|| {
-    idem_runtime::RecordLabel::new(
-        "conformance",
-        idem_runtime::ScopePath::new().with("conversation", "c-1"),
-    )
-});
+use crate::conformance::LABEL;
 
 /// A fresh store in `idem.sqlite3` of a new temporary directory, kept alive with it.
 fn sqlite_file() -> TestStore {
@@ -54,54 +48,16 @@ fn sqlite_in_memory() -> TestStore {
 conformance_suite!(sqlite, super::sqlite_file);
 conformance_suite!(sqlite_in_memory, super::sqlite_in_memory);
 
-// pins S2 (across connections, as across processes): two stores on one file, 32 threads each,
-// on the same 8 keys → exactly one execution per key, and every caller gets that execution's outcome
+// pins S2 (across connections, as across processes): two stores on one file, 32 threads each
+// through the sync path, on the same 8 keys → one execution per key, one shared outcome
 #[test]
 fn two_stores_on_one_file_run_each_key_once() {
-    const KEYS: u64 = 8;
-    const THREADS_PER_STORE: usize = 32;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("shared.sqlite3");
-    let stores = [
-        SqliteStore::open(&path).unwrap(),
-        SqliteStore::open(&path).unwrap(),
-    ];
-    let spec = support::spec("hammer", 86_400_000, 60_000, 30_000);
-    let executions: Arc<Vec<AtomicUsize>> =
-        Arc::new((0..KEYS).map(|_| AtomicUsize::new(0)).collect());
-    let barrier = Arc::new(Barrier::new(2 * THREADS_PER_STORE));
-    let mut threads = Vec::new();
-    for (s, store) in stores.iter().enumerate() {
-        let h = Arc::new(Harness::on(TestStore {
-            store: Arc::new(store.clone()),
-            keep: None,
-        }));
-        for t in 0..THREADS_PER_STORE {
-            let (h, executions, barrier) = (h.clone(), executions.clone(), barrier.clone());
-            threads.push(std::thread::spawn(move || {
-                let ctx = h.ctx("conv_two_stores");
-                barrier.wait();
-                let mut seen = Vec::new();
-                for i in 0..KEYS {
-                    let order = (i + t as u64) % KEYS; // threads start on different keys
-                    let p =
-                        prepare(spec, Some(&ctx), |a| a.key("order", &order).map(drop)).unwrap();
-                    let out = p.run_blocking(|| {
-                        let n = executions[order as usize].fetch_add(1, Ordering::SeqCst);
-                        std::thread::sleep(std::time::Duration::from_millis(2));
-                        Ok::<_, ToolError>(format!("order {order}: store {s}, run {n}"))
-                    });
-                    seen.push((order, out.expect("every caller gets the outcome")));
-                }
-                seen
-            }));
-        }
-    }
-    let mut seen = Vec::new();
-    for t in threads {
-        seen.extend(t.join().unwrap());
-    }
-    conformance::assert_one_execution_and_one_outcome_per_key(&executions, seen);
+    conformance::two_stores_run_each_key_once_on_threads([
+        Arc::new(SqliteStore::open(&path).unwrap()),
+        Arc::new(SqliteStore::open(&path).unwrap()),
+    ]);
 }
 
 // pins S3, S8: a completed key replays from a store reopened on the same file (a restart)
@@ -109,30 +65,11 @@ fn two_stores_on_one_file_run_each_key_once() {
 async fn completed_keys_replay_after_reopening_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("restart.sqlite3");
-    let h = Harness::on(TestStore {
-        store: Arc::new(SqliteStore::open(&path).unwrap()),
-        keep: None,
-    });
-    let ctx = h.ctx("conv_restart");
-    assert_eq!(refund(default_spec(), &ctx, &h.log, 1).await, Ok(100));
-    drop(ctx);
-    let clock = h.clock.clone();
-    drop(h);
-    let reopened: Arc<dyn Store> = Arc::new(SqliteStore::open(&path).unwrap());
-    let engine = idem_runtime::Engine::from_shared(reopened, Arc::new(clock));
-    let ctx = idem_runtime::CallContext::new()
-        .with_engine(engine)
-        .with_conversation("conv_restart");
-    let p = prepare(default_spec(), Some(&ctx), |a| {
-        a.key("order", &1u64).map(drop)
-    })
-    .unwrap();
-    let out: Result<u64, ToolError> = p.run(async { panic!("must replay") }).await;
-    assert_eq!(out, Ok(100));
-    assert_eq!(
-        ctx.last_outcome().unwrap().status,
-        idem_runtime::CallStatus::Replayed
-    );
+    conformance::completed_keys_replay_through_a_new_store(
+        Arc::new(SqliteStore::open(&path).unwrap()),
+        || Arc::new(SqliteStore::open(&path).unwrap()),
+    )
+    .await;
 }
 
 // pins S8: garbage collection deletes expired rows only
@@ -357,14 +294,6 @@ async fn claim(
         .expect("claim")
 }
 
-async fn read(store: &SqliteStore, key: &IdempotencyKey, now: Timestamp) -> Record {
-    store
-        .read(key, now)
-        .await
-        .expect("read")
-        .expect("a live record")
-}
-
 /// Takes `key` over from `seen` (as read at `now`) for `owner`, with `fence`.
 async fn take_over(
     store: &SqliteStore,
@@ -395,42 +324,6 @@ async fn take_over(
         })
         .await
         .expect("take over")
-}
-
-async fn renew(
-    store: &SqliteStore,
-    key: &IdempotencyKey,
-    owner: OwnerToken,
-    now: Timestamp,
-    lease_until: Timestamp,
-) -> bool {
-    store
-        .renew(RenewRequest {
-            key,
-            owner,
-            now,
-            lease_until,
-        })
-        .await
-        .expect("renew")
-}
-
-async fn mark_unknown(
-    store: &SqliteStore,
-    key: &IdempotencyKey,
-    owner: OwnerToken,
-    now: Timestamp,
-    since: Timestamp,
-) -> bool {
-    store
-        .mark_unknown(MarkUnknownRequest {
-            key,
-            owner,
-            now,
-            since,
-        })
-        .await
-        .expect("mark unknown")
 }
 
 fn outcome() -> Envelope {

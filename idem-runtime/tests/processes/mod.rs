@@ -24,6 +24,10 @@
 
 #![allow(dead_code)] // each test binary uses its own subset
 
+#[path = "../support/intercept.rs"]
+mod intercept;
+use intercept::{Intercept, Intercepted};
+
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
@@ -36,8 +40,7 @@ use std::time::{Duration, Instant};
 use idem_runtime::envelope::Envelope;
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::store::{
-    ChangeSignal, Claim, ClaimRequest, Completion, MarkUnknownRequest, OwnerToken, Record,
-    RenewRequest, StoreFuture, TakeoverRequest,
+    Claim, ClaimRequest, Completion, OwnerToken, Record, RenewRequest, StoreFuture,
 };
 use idem_runtime::testkit::ManualClock;
 use idem_runtime::{
@@ -753,13 +756,15 @@ async fn run_job(job: Job) -> Vec<ResultLine> {
         wait_at_the_barrier(&job);
     }
     let claimed = Arc::new(AtomicBool::new(false));
-    let store: Arc<dyn Store> = Arc::new(ChildStore {
-        inner: job.backend.open().await,
-        die_after_record: job.crash == Some(CrashPoint::AfterRecord),
-        claimed: claimed.clone(),
-        renewals: job.dir.join("renewals.jsonl"),
-        child: job.name.clone(),
-    });
+    let store: Arc<dyn Store> = Arc::new(Intercepted::new(
+        job.backend.open().await,
+        ChildStore {
+            die_after_record: job.crash == Some(CrashPoint::AfterRecord),
+            claimed: claimed.clone(),
+            renewals: job.dir.join("renewals.jsonl"),
+            child: job.name.clone(),
+        },
+    ));
     let clock = ManualClock::starting_at(Timestamp::from_millis(job.start_ms));
     let engine_clock: Arc<dyn Clock> = match job.clock {
         ChildClock::Manual => Arc::new(clock.clone()),
@@ -942,7 +947,6 @@ async fn call(
 /// outcome is recorded and the caller never hears of it (crash point `after_record`).
 #[derive(Debug)]
 struct ChildStore {
-    inner: Arc<dyn Store>,
     die_after_record: bool,
     claimed: Arc<AtomicBool>,
     /// `renewals.jsonl`: every renewal's answer is appended there (after it answered).
@@ -950,21 +954,18 @@ struct ChildStore {
     child: String,
 }
 
-impl Store for ChildStore {
-    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, Claim> {
+impl Intercept for ChildStore {
+    fn claim<'a>(&'a self, inner: &'a dyn Store, req: ClaimRequest<'a>) -> StoreFuture<'a, Claim> {
         Box::pin(async move {
-            let claim = self.inner.claim(req).await;
+            let claim = inner.claim(req).await;
             self.claimed.store(true, Ordering::SeqCst);
             claim
         })
     }
-    fn take_over<'a>(&'a self, req: TakeoverRequest<'a>) -> StoreFuture<'a, bool> {
-        self.inner.take_over(req)
-    }
-    fn renew<'a>(&'a self, req: RenewRequest<'a>) -> StoreFuture<'a, bool> {
+    fn renew<'a>(&'a self, inner: &'a dyn Store, req: RenewRequest<'a>) -> StoreFuture<'a, bool> {
         Box::pin(async move {
             let (now_ms, lease_until_ms) = (req.now.as_millis(), req.lease_until.as_millis());
-            let renewed = self.inner.renew(req).await;
+            let renewed = inner.renew(req).await;
             let line = RenewalLine {
                 child: self.child.clone(),
                 now_ms,
@@ -975,41 +976,20 @@ impl Store for ChildStore {
             renewed
         })
     }
-    fn mark_unknown<'a>(&'a self, req: MarkUnknownRequest<'a>) -> StoreFuture<'a, bool> {
-        self.inner.mark_unknown(req)
-    }
     fn complete<'a>(
         &'a self,
+        inner: &'a dyn Store,
         key: &'a IdempotencyKey,
         owner: OwnerToken,
         outcome: &'a Envelope,
         now: Timestamp,
     ) -> StoreFuture<'a, Completion> {
         Box::pin(async move {
-            let completion = self.inner.complete(key, owner, outcome, now).await;
+            let completion = inner.complete(key, owner, outcome, now).await;
             if self.die_after_record && completion == Ok(Completion::Saved) {
                 die();
             }
             completion
         })
-    }
-    fn release<'a>(&'a self, key: &'a IdempotencyKey, owner: OwnerToken) -> StoreFuture<'a, bool> {
-        self.inner.release(key, owner)
-    }
-    fn read<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        now: Timestamp,
-    ) -> StoreFuture<'a, Option<Record>> {
-        self.inner.read(key, now)
-    }
-    fn watch(&self, key: &IdempotencyKey) -> Option<ChangeSignal> {
-        self.inner.watch(key)
-    }
-    fn needs_runtime_io(&self) -> bool {
-        self.inner.needs_runtime_io()
-    }
-    fn backend(&self) -> &'static str {
-        self.inner.backend()
     }
 }

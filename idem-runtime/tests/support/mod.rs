@@ -1,7 +1,11 @@
 //! Shared helpers of the protocol tests: an engine over a memory store and a manual
-//! clock, a spec builder, and a store wrapper that injects faults.
+//! clock, a spec builder, a store in front of another that sees or changes chosen
+//! operations ([`Intercepted`]), and one that injects faults ([`FaultyStore`]).
 
 #![allow(dead_code)]
+
+mod intercept;
+pub use intercept::{Intercept, Intercepted};
 
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -11,8 +15,7 @@ use std::time::Duration;
 use idem_runtime::envelope::Envelope;
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::store::{
-    ChangeSignal, Claim, ClaimRequest, Completion, MarkUnknownRequest, OwnerToken, Record,
-    RenewRequest, StoreFuture, TakeoverRequest,
+    Claim, ClaimRequest, Completion, OwnerToken, RenewRequest, StoreFuture, TakeoverRequest,
 };
 use idem_runtime::testkit::{EffectLog, ManualClock};
 use idem_runtime::{
@@ -121,34 +124,29 @@ pub fn key_of(spec: &'static ToolSpec, ctx: &CallContext, order: u64) -> Idempot
         .clone()
 }
 
-/// A store that wraps another (a memory store by default), counts claims and fails chosen
-/// operations on demand.
-#[derive(Debug)]
-pub struct FaultyStore {
-    pub inner: Arc<dyn Store>,
+/// A store that wraps another (a memory store by default), counts claims, takeovers and
+/// renewals, and fails chosen operations on demand (`fail_claim` … as switches).
+pub type FaultyStore = Intercepted<Faults>;
+
+/// The switches and counters of a [`FaultyStore`], reached through it (`store.fail_renew`).
+#[derive(Debug, Default)]
+pub struct Faults {
     pub fail_claim: AtomicBool,
     pub fail_complete: AtomicBool,
     pub fail_release: AtomicBool,
     pub fail_renew: AtomicBool,
     pub claims: AtomicUsize,
+    pub takeovers: AtomicUsize,
     pub renewals: AtomicUsize,
 }
 
-impl FaultyStore {
+impl Intercepted<Faults> {
     pub fn wrapping(inner: Arc<dyn Store>) -> Self {
-        FaultyStore {
-            inner,
-            fail_claim: AtomicBool::new(false),
-            fail_complete: AtomicBool::new(false),
-            fail_release: AtomicBool::new(false),
-            fail_renew: AtomicBool::new(false),
-            claims: AtomicUsize::new(0),
-            renewals: AtomicUsize::new(0),
-        }
+        Intercepted::new(inner, Faults::default())
     }
 }
 
-impl Default for FaultyStore {
+impl Default for Intercepted<Faults> {
     fn default() -> Self {
         FaultyStore::wrapping(Arc::new(MemoryStore::new()))
     }
@@ -162,19 +160,25 @@ fn unavailable<'a, T: Send + 'a>() -> StoreFuture<'a, T> {
     ))))
 }
 
-impl Store for FaultyStore {
-    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, Claim> {
+impl Intercept for Faults {
+    fn claim<'a>(&'a self, inner: &'a dyn Store, req: ClaimRequest<'a>) -> StoreFuture<'a, Claim> {
         self.claims.fetch_add(1, Ordering::SeqCst);
         if self.fail_claim.load(Ordering::SeqCst) {
             return unavailable();
         }
-        self.inner.claim(req)
+        inner.claim(req)
     }
-    fn take_over<'a>(&'a self, req: TakeoverRequest<'a>) -> StoreFuture<'a, bool> {
-        self.inner.take_over(req)
+    fn take_over<'a>(
+        &'a self,
+        inner: &'a dyn Store,
+        req: TakeoverRequest<'a>,
+    ) -> StoreFuture<'a, bool> {
+        self.takeovers.fetch_add(1, Ordering::SeqCst);
+        inner.take_over(req)
     }
     fn complete<'a>(
         &'a self,
+        inner: &'a dyn Store,
         key: &'a IdempotencyKey,
         owner: OwnerToken,
         outcome: &'a Envelope,
@@ -183,41 +187,27 @@ impl Store for FaultyStore {
         if self.fail_complete.load(Ordering::SeqCst) {
             return unavailable();
         }
-        self.inner.complete(key, owner, outcome, now)
+        inner.complete(key, owner, outcome, now)
     }
-    fn release<'a>(&'a self, key: &'a IdempotencyKey, owner: OwnerToken) -> StoreFuture<'a, bool> {
+    fn release<'a>(
+        &'a self,
+        inner: &'a dyn Store,
+        key: &'a IdempotencyKey,
+        owner: OwnerToken,
+    ) -> StoreFuture<'a, bool> {
         if self.fail_release.load(Ordering::SeqCst) {
             return unavailable();
         }
-        self.inner.release(key, owner)
+        inner.release(key, owner)
     }
-    fn read<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        now: Timestamp,
-    ) -> StoreFuture<'a, Option<Record>> {
-        self.inner.read(key, now)
-    }
-    fn renew<'a>(&'a self, req: RenewRequest<'a>) -> StoreFuture<'a, bool> {
+    fn renew<'a>(&'a self, inner: &'a dyn Store, req: RenewRequest<'a>) -> StoreFuture<'a, bool> {
         self.renewals.fetch_add(1, Ordering::SeqCst);
         if self.fail_renew.load(Ordering::SeqCst) {
             return unavailable();
         }
-        self.inner.renew(req)
+        inner.renew(req)
     }
-    fn mark_unknown<'a>(&'a self, req: MarkUnknownRequest<'a>) -> StoreFuture<'a, bool> {
-        self.inner.mark_unknown(req)
-    }
-    fn watch(&self, key: &IdempotencyKey) -> Option<ChangeSignal> {
-        self.inner.watch(key)
-    }
-    fn round_trips(&self) -> Option<u64> {
-        self.inner.round_trips()
-    }
-    fn needs_runtime_io(&self) -> bool {
-        self.inner.needs_runtime_io()
-    }
-    fn backend(&self) -> &'static str {
-        "faulty"
+    fn backend(&self) -> Option<&'static str> {
+        Some("faulty")
     }
 }
