@@ -24,9 +24,11 @@ use crate::support::{default_spec, key_of, refund, spec, FaultyStore, Harness, T
 
 mod inspect;
 mod never_twice;
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "redis"))]
 mod shared_backend;
 pub use inspect::*;
 pub use never_twice::*;
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "redis"))]
 pub use shared_backend::*;
 
 /// The label every claim and takeover of these tests writes (P1); the backends' own store-level tests use it too.
