@@ -34,18 +34,19 @@ pub enum Scope {
     Global,
     /// `scope = "call"`: the provider's tool-call id, within the conversation in force if
     /// any (provider ids repeat across conversations: MCP request ids restart at every
-    /// session) and within the turn it came from if known ([`CallContext::with_turn`]:
+    /// session) and within the turn it came from if known ([`CallContext::with_turn`](crate::CallContext::with_turn):
     /// some providers reuse call ids by position in every turn, D10). For tools whose
     /// identical calls are distinct intents (two dice rolls): only retries of the same
     /// tool call replay.
     Call,
     /// `scope = "tenant"` (any other name): the value set under that name on the
-    /// [`CallContext`] with [`CallContext::with_scope`].
+    /// [`CallContext`](crate::CallContext) with
+    /// [`CallContext::with_scope`](crate::CallContext::with_scope).
     Named(&'static str),
     /// `scope = "tenant+conversation"`: several parts, outermost first, every one required
     /// (K7). `kind` is the parts' kinds joined by `+`; `parts` are
     /// [`Conversation`](Scope::Conversation) or [`Named`](Scope::Named) scopes (a `call` or
-    /// `global` part, or a nested composite, is refused as [`Error::MissingScope`] naming
+    /// `global` part, or a nested composite, is refused as [`Error::MissingScope`](crate::Error::MissingScope) naming
     /// it). Conversation ids are often unique only within a tenant: keyed by both, two
     /// tenants' conversations `c-1` never share a record.
     Composite {

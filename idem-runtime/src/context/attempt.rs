@@ -10,7 +10,7 @@ use crate::clock::Timestamp;
 use crate::key::IdempotencyKey;
 
 /// The attempt of an `#[idempotent]` body that is running now: read it inside the body with
-/// [`current_attempt`], or from a reconcile function's last argument.
+/// [`current_attempt`](crate::current_attempt), or from a reconcile function's last argument.
 ///
 /// Cheap to clone (the fenced signal is shared between clones).
 ///

@@ -1,4 +1,6 @@
-//! What can be wrong with a tool-call document (D1) or with one call's arguments (D2).
+//! What can be wrong with a tool-call document (D1, D2). What can be wrong with one call's
+//! arguments ([`ArgumentError`](crate::dispatch::ArgumentError)) lives with the call it is
+//! kept in (`dispatch::turn`).
 
 use crate::dispatch::Provider;
 
@@ -7,8 +9,9 @@ use crate::dispatch::Provider;
 /// Returned by [`parse_turns`](crate::dispatch::parse_turns) and the per-provider parsers
 /// when the document matches no known shape, or matches one but lacks a member every call
 /// needs (an id to match the result to, a name to route by). Problems with one call's
-/// *arguments* are not parse errors: that call keeps an [`ArgumentError`] and the other
-/// calls of the message still run. Paths are JSONPath-like: `$.choices[0].message`.
+/// *arguments* are not parse errors: that call keeps an
+/// [`ArgumentError`](crate::dispatch::ArgumentError) and the other calls of the message still
+/// run. Paths are JSONPath-like: `$.choices[0].message`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ParseError {
@@ -55,70 +58,5 @@ pub enum ParseError {
         path: String,
         /// How many there are.
         count: usize,
-    },
-}
-
-/// Why one tool call's arguments cannot be used (contract D2).
-///
-/// The call is kept in its [`Turn`](crate::dispatch::Turn) with this error: the dispatcher
-/// answers it with an error result, does not run the tool, and still runs the other calls
-/// of the message. Paths are JSONPath-like, into the parsed document.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ArgumentError {
-    /// The format requires arguments (`function.arguments`, `input`) and there are none.
-    #[error("no arguments at {path}")]
-    Missing {
-        /// Where they should be.
-        path: String,
-    },
-
-    /// The arguments string is not valid JSON.
-    #[error("the arguments at {path} are not valid JSON: {message}")]
-    InvalidJson {
-        /// Where the string is.
-        path: String,
-        /// serde_json's message, with line and column inside the string.
-        message: String,
-    },
-
-    /// The arguments string names the same member twice at one level (`{"a":1,"a":2}`):
-    /// which value the model meant is ambiguous, so the call does not run (RFC 8785 works
-    /// on I-JSON, which forbids duplicate names).
-    #[error("the arguments at {path} name the member {name:?} twice")]
-    DuplicateMember {
-        /// Where the string is.
-        path: String,
-        /// The repeated member name.
-        name: String,
-    },
-
-    /// The arguments are JSON but not an object (tool parameters are named members).
-    #[error("the arguments at {path} are {found}, not a JSON object")]
-    NotAnObject {
-        /// Where they are.
-        path: String,
-        /// Their JSON type.
-        found: &'static str,
-    },
-
-    /// The call is an OpenAI parallel wrapper (`multi_tool_use.parallel`, or a Responses
-    /// `parallel` call with a `tool_uses` member, contract D7) whose arguments are a JSON
-    /// object but not `{"tool_uses":[{"recipient_name":"functions.NAME","parameters":{…}},
-    /// …]}`. The wrapper stays one call with this error and runs none of its entries; the
-    /// other calls of the message still run (D2).
-    #[error("the parallel wrapper's arguments at {path} are not a list of tool uses: expected {expected} at `{member}`, found {found}")]
-    MalformedParallelWrapper {
-        /// Where the wrapper's arguments are in the document.
-        path: String,
-        /// The offending member, as a path inside the arguments: `tool_uses`,
-        /// `tool_uses[1]`, `tool_uses[0].recipient_name`, `tool_uses[2].parameters`.
-        member: String,
-        /// What belongs there: a non-empty array of tool uses, a tool use object, the
-        /// tool's name (a string), the tool's arguments (an object).
-        expected: &'static str,
-        /// What was found: `nothing`, or a short description of the value (its type, and
-        /// for an object its first member names).
-        found: String,
     },
 }
