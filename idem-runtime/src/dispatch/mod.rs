@@ -23,11 +23,11 @@ mod turn;
 
 pub use conversation::Conversation;
 pub use dispatcher::{BuildError, Dispatcher, DispatcherBuilder};
-pub use parse::{parse_as, parse_turns, parse_turns_str, ArgumentError, ParseError};
+pub use parse::{parse_as, parse_turns, parse_turns_str, ParseError};
 pub use provider::Provider;
 pub use report::{Attempt, CallReport, OwnRun, TurnOutcome};
 pub use results::{call_result, turn_messages};
 pub use retry::{is_transient, Jitter, RetryPolicy, Sleeper, TimerSleeper};
 pub use tool::{FailureKind, ReplyFuture, Tool, ToolFailure, ToolReply};
 pub use transport::{InProcess, ToolRequest, Transport, TransportError, TransportFuture};
-pub use turn::{ParallelWrapper, ToolCall, Turn};
+pub use turn::{ArgumentError, ParallelWrapper, ToolCall, Turn};

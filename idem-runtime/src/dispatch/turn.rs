@@ -1,8 +1,8 @@
-//! One assistant message's tool calls, as read from any provider (contract D1).
+//! One assistant message's tool calls, as read from any provider (contract D1), and why one
+//! call's arguments cannot be used (D2), which the call keeps.
 
 use serde_json::Value;
 
-use crate::dispatch::parse::ArgumentError;
 use crate::dispatch::Provider;
 
 /// The tool calls of one assistant message (one model turn), in the order the model
@@ -116,4 +116,69 @@ pub struct ParallelWrapper {
     pub name: String,
     /// The call's position among the wrapper's `tool_uses`, from 0.
     pub position: usize,
+}
+
+/// Why one tool call's arguments cannot be used (contract D2).
+///
+/// The call is kept in its [`Turn`](crate::dispatch::Turn) with this error: the dispatcher
+/// answers it with an error result, does not run the tool, and still runs the other calls
+/// of the message. Paths are JSONPath-like, into the parsed document.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ArgumentError {
+    /// The format requires arguments (`function.arguments`, `input`) and there are none.
+    #[error("no arguments at {path}")]
+    Missing {
+        /// Where they should be.
+        path: String,
+    },
+
+    /// The arguments string is not valid JSON.
+    #[error("the arguments at {path} are not valid JSON: {message}")]
+    InvalidJson {
+        /// Where the string is.
+        path: String,
+        /// serde_json's message, with line and column inside the string.
+        message: String,
+    },
+
+    /// The arguments string names the same member twice at one level (`{"a":1,"a":2}`):
+    /// which value the model meant is ambiguous, so the call does not run (RFC 8785 works
+    /// on I-JSON, which forbids duplicate names).
+    #[error("the arguments at {path} name the member {name:?} twice")]
+    DuplicateMember {
+        /// Where the string is.
+        path: String,
+        /// The repeated member name.
+        name: String,
+    },
+
+    /// The arguments are JSON but not an object (tool parameters are named members).
+    #[error("the arguments at {path} are {found}, not a JSON object")]
+    NotAnObject {
+        /// Where they are.
+        path: String,
+        /// Their JSON type.
+        found: &'static str,
+    },
+
+    /// The call is an OpenAI parallel wrapper (`multi_tool_use.parallel`, or a Responses
+    /// `parallel` call with a `tool_uses` member, contract D7) whose arguments are a JSON
+    /// object but not `{"tool_uses":[{"recipient_name":"functions.NAME","parameters":{…}},
+    /// …]}`. The wrapper stays one call with this error and runs none of its entries; the
+    /// other calls of the message still run (D2).
+    #[error("the parallel wrapper's arguments at {path} are not a list of tool uses: expected {expected} at `{member}`, found {found}")]
+    MalformedParallelWrapper {
+        /// Where the wrapper's arguments are in the document.
+        path: String,
+        /// The offending member, as a path inside the arguments: `tool_uses`,
+        /// `tool_uses[1]`, `tool_uses[0].recipient_name`, `tool_uses[2].parameters`.
+        member: String,
+        /// What belongs there: a non-empty array of tool uses, a tool use object, the
+        /// tool's name (a string), the tool's arguments (an object).
+        expected: &'static str,
+        /// What was found: `nothing`, or a short description of the value (its type, and
+        /// for an object its first member names).
+        found: String,
+    },
 }

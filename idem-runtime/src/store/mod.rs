@@ -18,6 +18,7 @@ mod inspect;
 pub mod locator;
 #[cfg(feature = "memory")]
 mod memory;
+mod redact;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql_row;
 

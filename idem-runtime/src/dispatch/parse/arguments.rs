@@ -11,8 +11,8 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-use super::error::ArgumentError;
 use super::path::{kind, JsonPath};
+use crate::dispatch::turn::ArgumentError;
 
 /// An OpenAI `arguments` member: a JSON string holding an object. An object given
 /// directly (some OpenAI-compatible servers send one) is taken as is.

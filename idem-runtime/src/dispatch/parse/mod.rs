@@ -49,7 +49,8 @@ mod read;
 
 use serde_json::Value;
 
-pub use error::{ArgumentError, ParseError};
+pub use super::turn::ArgumentError;
+pub use error::ParseError;
 pub(crate) use path::kind;
 
 use crate::dispatch::{Provider, Turn};

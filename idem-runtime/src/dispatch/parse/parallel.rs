@@ -33,8 +33,8 @@
 
 use serde_json::{Map, Value};
 
-use super::error::ArgumentError;
 use super::path::{describe, JsonPath};
+use crate::dispatch::turn::ArgumentError;
 use crate::dispatch::{ParallelWrapper, Provider, ToolCall};
 
 /// The wrapper's name on both OpenAI APIs.

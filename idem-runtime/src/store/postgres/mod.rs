@@ -240,7 +240,7 @@ use tokio::sync::OnceCell;
 use tokio_postgres::NoTls;
 
 use super::in_flight::Undo;
-use super::locator::redact_url as redact;
+use super::redact::redact_url as redact;
 use super::sql_row::SqlLabel;
 #[cfg(doc)]
 use super::StoreErrorKind;

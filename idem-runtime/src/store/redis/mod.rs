@@ -208,7 +208,7 @@ pub use connection::RedisConnectError;
 pub use record::REDIS_LAYOUT_VERSION;
 
 use super::in_flight::Undo;
-use super::locator::redact_url as redact;
+use super::redact::redact_url as redact;
 use super::{
     Claim, ClaimRequest, Completion, ListPage, ListQuery, MarkUnknownRequest, OwnerToken,
     PurgeCounts, PurgeOutcome, Record, RenewRequest, Store, StoreError, StoreFuture, StoreStats,
