@@ -10,7 +10,8 @@
 //!
 //! A call's data flows call → key → store → body → store, and the modules are layered the
 //! same way: each imports only from the layers below it (`.ci/module-cycles.py` fails CI on
-//! an import cycle between top-level modules and prints these layers).
+//! an import cycle between top-level modules, or between the modules inside a folder module
+//! other than `canonical`, and prints these layers).
 //!
 //! | layer | modules | what |
 //! | --- | --- | --- |
