@@ -2,7 +2,8 @@
 //! (contract M10). In a test binary of its own: the table of interned specs is per process,
 //! and no other test may add to it while this one counts.
 
-use crate::common;
+#[path = "common/mod.rs"]
+mod common;
 
 use common::{call, connect, meta, Runs};
 use idem_runtime::integrations::rmcp::{interned_tool_specs, IdempotentServer};

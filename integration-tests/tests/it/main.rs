@@ -27,4 +27,3 @@ mod readme_rmcp;
 #[cfg(feature = "rig")]
 mod rig_method;
 mod session;
-mod unknown_tools;
