@@ -79,7 +79,8 @@ pub struct CallArgs {
     pub scope: Vec<ScopePart>,
 
     /// The key arguments as a JSON object of parameter names to values
-    /// (`{"order_id":4417,"amount_cents":500}`): every argument the tool does not skip, or
+    /// (`{"order_id":"ord_4417","amount_cents":500}`, typed as the tool got them: `4417` and
+    /// `"4417"` are different keys): every argument the tool does not skip, or
     /// only those it names with `key(…)`. `{}` for a tool without any.
     #[arg(long, value_name = "JSON")]
     pub args: Option<String>,
