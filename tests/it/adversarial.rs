@@ -5,15 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_agent::dispatch::{parse_turns, Conversation, Dispatcher, Tool};
-use idem_agent::envelope::Envelope;
 use idem_agent::key::IdempotencyKey;
-use idem_agent::store::{
-    ChangeSignal, Claim, ClaimRequest, Completion, MarkUnknownRequest, OwnerToken, Record,
-    RenewRequest, StoreFuture, TakeoverRequest,
-};
+use idem_agent::store::{Claim, ClaimRequest, StoreFuture};
 use idem_agent::testkit::{EffectLog, ManualClock};
-use idem_agent::{idempotent, CallContext, Engine, MemoryStore, Store, Timestamp, ToolError};
+use idem_agent::{idempotent, CallContext, Engine, MemoryStore, Store, ToolError};
 use serde_json::json;
+
+use crate::intercept::{Intercept, Intercepted};
 
 fn engine() -> Engine {
     Engine::from_shared(Arc::new(MemoryStore::new()), Arc::new(ManualClock::new()))
@@ -142,55 +140,20 @@ fn k3_annex_position_collision() {
 /// Counts claims per key.
 #[derive(Debug, Default)]
 struct Counting {
-    inner: MemoryStore,
     claims: std::sync::Mutex<std::collections::HashMap<IdempotencyKey, usize>>,
 }
-impl Store for Counting {
-    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, Claim> {
+impl Intercept for Counting {
+    fn claim<'a>(&'a self, inner: &'a dyn Store, req: ClaimRequest<'a>) -> StoreFuture<'a, Claim> {
         *self
             .claims
             .lock()
             .unwrap()
             .entry(req.key.clone())
             .or_default() += 1;
-        self.inner.claim(req)
+        inner.claim(req)
     }
-    fn take_over<'a>(&'a self, req: TakeoverRequest<'a>) -> StoreFuture<'a, bool> {
-        self.inner.take_over(req)
-    }
-    fn complete<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        owner: OwnerToken,
-        outcome: &'a Envelope,
-        now: Timestamp,
-    ) -> StoreFuture<'a, Completion> {
-        self.inner.complete(key, owner, outcome, now)
-    }
-    fn release<'a>(&'a self, key: &'a IdempotencyKey, owner: OwnerToken) -> StoreFuture<'a, bool> {
-        self.inner.release(key, owner)
-    }
-    fn read<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        now: Timestamp,
-    ) -> StoreFuture<'a, Option<Record>> {
-        self.inner.read(key, now)
-    }
-    fn renew<'a>(&'a self, req: RenewRequest<'a>) -> StoreFuture<'a, bool> {
-        self.inner.renew(req)
-    }
-    fn mark_unknown<'a>(&'a self, req: MarkUnknownRequest<'a>) -> StoreFuture<'a, bool> {
-        self.inner.mark_unknown(req)
-    }
-    fn watch(&self, key: &IdempotencyKey) -> Option<ChangeSignal> {
-        self.inner.watch(key)
-    }
-    fn needs_runtime_io(&self) -> bool {
-        self.inner.needs_runtime_io()
-    }
-    fn backend(&self) -> &'static str {
-        "counting"
+    fn backend(&self) -> Option<&'static str> {
+        Some("counting")
     }
 }
 
@@ -207,7 +170,10 @@ async fn adv_slow(gate: Arc<tokio::sync::Notify>, n: u32) -> Result<u32, ToolErr
 // needed" fails; store traffic of waiters grows with unrelated traffic (thundering herd).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s5_waiter_wakes_and_reclaims_on_unrelated_keys() {
-    let store = Arc::new(Counting::default());
+    let store = Arc::new(Intercepted::new(
+        Arc::new(MemoryStore::new()),
+        Counting::default(),
+    ));
     let engine = Engine::from_shared(store.clone(), Arc::new(ManualClock::new()));
     let ctx = CallContext::new().with_engine(engine);
     let gate = Arc::new(tokio::sync::Notify::new());

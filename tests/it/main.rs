@@ -4,6 +4,10 @@
 //! global tracing subscriber or metrics recorder) or run their own binary again as a
 //! child process keep binaries of their own beside this folder.
 
+// The store-in-front-of-a-store of idem-runtime's tests (this package depends on idem-runtime).
+#[path = "../../idem-runtime/tests/support/intercept.rs"]
+mod intercept;
+
 mod adversarial;
 mod adversarial_issue7_macro;
 #[cfg(feature = "redis")]
