@@ -210,6 +210,7 @@ fn status_of(call: &CallReport) -> String {
         Some(CallStatus::Replayed) => "replayed".to_owned(),
         Some(CallStatus::Executed) => "executed".to_owned(),
         Some(CallStatus::Reconciled) => "reconciled".to_owned(),
+        Some(other) => format!("{other:?}").to_lowercase(),
         None => "error: no outcome recorded".to_owned(),
     }
 }

@@ -60,6 +60,8 @@
 //! `"global"`, `"call"` or your own), `ttl`, `lease`, `wait`, `heartbeat` (how often a
 //! running call renews its lease, L1; a third of the lease by default), `on_cancel`
 //! (`"hold"`, the default, or `"release"`: what a cancelled or panicked body leaves, U4),
+//! `on_unknown` (`"hold"`, the default: an unknown outcome is held for a person's decision,
+//! `idem resolve`, U2; or `"rerun"`: at least once, re-run after the lease lapses, U2a),
 //! `reconcile` (the fn asked whether the effect of a run whose outcome is unknown happened,
 //! U3), `name`, `skip(…)`, `key(…)`, `store` and `dispatch`, and what it checks at compile
 //! time: an argument that cannot be part of a key, or a return type that cannot be saved, is

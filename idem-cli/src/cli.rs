@@ -1,17 +1,27 @@
 //! The command line: options and subcommands (contract X1).
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 use idem_runtime::store::StateFilter;
 use idem_runtime::ScopePart;
 
 /// The most records one `ls` page prints (the stores' page limit).
 pub const LIMIT_MAX: usize = idem_runtime::store::LIST_LIMIT_MAX;
 
-/// Derive the idempotency key of an AI-agent tool call, and show, list, purge and count the
-/// records idem keeps for tool calls.
+/// Derive the idempotency key of an AI-agent tool call; show, list, purge and count the
+/// records idem keeps for tool calls; and decide the calls whose outcome is unknown.
 ///
-/// Exit status: 0 found or done; 1 not found (nothing to show or purge); 2 bad usage or
-/// input; 3 the store is unavailable or refused the operation.
+/// A call whose owner crashed, timed out or was cancelled has an unknown outcome: by
+/// default idem holds it (no call runs it again) until a person decides. The queue: `idem ls --state
+/// outcome-unknown` (oldest first); one record and what happened to it: `idem show KEY
+/// --history`; the decision: `idem resolve KEY --applied --output '{"refund_id":"re_1"}'`
+/// (the effect happened: that output is replayed), `--not-applied` (it did not: the next
+/// call runs the tool) or `--error '"card declined"'` (the call failed: that error is
+/// replayed).
+///
+/// Exit status: 0 found or done (decided, or already decided so); 1 not found or nothing
+/// done (nothing to show, purge or decide; a decision refused because the record is not
+/// waiting for one or changed since it was read); 2 bad usage or input; 3 the store is
+/// unavailable or refused the operation.
 #[derive(Debug, Parser)]
 #[command(name = "idem", version, max_term_width = 100)]
 pub struct Cli {
@@ -50,17 +60,37 @@ pub enum Command {
     /// Print the idempotency key (64 hex digits) a call of a tool derives. Touches no store:
     /// works with the store down.
     Key(KeyArgs),
-    /// Show one record: by KEY, or by the call (--tool, --scope, --args). Exit 1 when there
-    /// is no live record.
+    /// Show one record: by KEY, or by the call (--tool, --scope, --args); with --history,
+    /// its transitions. Exit 1 when there is no live record.
     Show(ShowArgs),
-    /// List live records, newest first, one page at a time.
+    /// List live records, newest first (records waiting for a decision: oldest first), one
+    /// page at a time.
     Ls(LsArgs),
-    /// Delete one record by KEY, or every record the filters match. Records in progress (or
-    /// with an unknown outcome) are kept unless --force. Exit 0 when something was deleted,
-    /// 1 when nothing was.
+    /// Delete one record by KEY, or every record the filters match. Records that are not
+    /// completed (in progress, outcome unknown, not applied) are kept unless --force. Exit 0
+    /// when something was deleted, 1 when nothing was.
     Purge(PurgeArgs),
     /// Count live records by state, in total and per tool (every namespace).
     Stats(StatsArgs),
+    /// Record a person's decision about a call whose outcome is unknown: by KEY, or for
+    /// every such record of a tool (--tool, --older-than). Exit 0 when decided (or already
+    /// decided so), 1 when nothing was decided.
+    ///
+    /// Decide what you checked where the effect lands (the bank, the ticket system):
+    /// --applied saves --output and every later call gets it back; --not-applied lets the
+    /// next call run the tool; --error saves that error for every later call. A decision
+    /// is a compare-and-set on the record as read: one that a call or another operator
+    /// changed meanwhile is refused (exit 1) and nothing is written; the same decision
+    /// again answers "already decided" (exit 0). It is kept in the record's history with
+    /// its actor and note (`idem show KEY --history`).
+    ///
+    /// Example: `idem resolve KEY --applied --output '{"refund_id":"re_1"}' --expect-fence 1
+    /// --note "the bank shows re_1"`.
+    ///
+    /// Example: `idem resolve --tool send_refund --older-than 1h --not-applied --dry-run`
+    /// lists the refunds whose outcome has been unknown for over an hour, oldest first, and
+    /// writes nothing; without --dry-run it decides each of them.
+    Resolve(ResolveArgs),
 }
 
 /// A tool call named by what a person knows about it.
@@ -109,6 +139,12 @@ pub struct ShowArgs {
     #[command(flatten)]
     pub call: CallArgs,
 
+    /// Also print the record's history: its transitions (claimed, taken over, outcome
+    /// unknown, completed, resolved, released), oldest first, each with its time, fence and
+    /// owner or actor and note; with --json, a `history` array and `history_dropped`.
+    #[arg(long)]
+    pub history: bool,
+
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -126,7 +162,8 @@ pub struct Filters {
     #[arg(long, value_name = "KIND=VALUE", value_parser = parse_scope_part)]
     pub scope: Vec<ScopePart>,
 
-    /// Only records in this state.
+    /// Only records in this state, as a call would find it: `outcome-unknown` also matches
+    /// records in progress whose lease lapsed (their owner is presumed dead).
     #[arg(long, value_enum, value_name = "STATE")]
     pub state: Option<State>,
 
@@ -162,9 +199,20 @@ pub struct LsArgs {
     #[arg(long, value_name = "N", default_value_t = 50, value_parser = clap::value_parser!(u16).range(1..=LIMIT_MAX as i64))]
     pub limit: u16,
 
-    /// The page after this cursor (the `next page` one a previous `ls` printed on stderr).
+    /// The page after this cursor (the `next page` one a previous `ls` printed on stderr;
+    /// give the same filters and order).
     #[arg(long, value_name = "CURSOR")]
     pub cursor: Option<String>,
+
+    /// Oldest first (by creation time, then key): the order of a queue. The default with
+    /// `--state outcome-unknown`, whose records wait for a decision.
+    #[arg(long, conflicts_with = "newest_first")]
+    pub oldest_first: bool,
+
+    /// Newest first (by creation time, then key): the default, except with `--state
+    /// outcome-unknown`.
+    #[arg(long)]
+    pub newest_first: bool,
 
     /// Print full 64-digit keys in the table (it shows the first 16).
     #[arg(long, short = 'w', conflicts_with = "json")]
@@ -191,8 +239,9 @@ pub struct PurgeArgs {
     #[arg(long)]
     pub all: bool,
 
-    /// Also delete records in progress or with an unknown outcome (their calls may still be
-    /// running: a retry would then run the tool's body again).
+    /// Also delete records that are not completed: in progress, with an unknown outcome, or
+    /// decided not applied (their calls may still be running, or may have had their effect:
+    /// a retry would then run the tool's body again).
     #[arg(long)]
     pub force: bool,
 
@@ -206,7 +255,83 @@ pub struct PurgeArgs {
 #[derive(Debug, Args)]
 pub struct StatsArgs {
     /// Print one JSON object: `{"total": COUNTS, "by_tool": {TOOL: COUNTS}}`, COUNTS being
-    /// `{"records", "completed", "in_progress", "outcome_unknown"}`.
+    /// `{"records", "completed", "in_progress", "outcome_unknown", "not_applied"}`.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `idem resolve`.
+#[derive(Debug, Args)]
+#[command(group(
+    ArgGroup::new("decision")
+        .required(true)
+        .args(["applied", "not_applied", "error"])
+))]
+pub struct ResolveArgs {
+    /// The key of the one record to decide: 64 hex digits (as `show`, `ls --wide` or `ls
+    /// --json` print them). Without it, --tool or --older-than select the records.
+    #[arg(value_name = "KEY", conflicts_with_all = ["tool", "older_than", "scope", "dry_run"])]
+    pub key: Option<String>,
+
+    /// The effect happened: save --output (JSON `null` without it) as the call's result;
+    /// every later call with the key gets it back without running the tool.
+    #[arg(long)]
+    pub applied: bool,
+
+    /// With --applied: the tool's result as the call would have returned it, one JSON value
+    /// (`'{"refund_id":"re_1"}'`, at most 1 MiB). Checked to be JSON, not against the tool's
+    /// type: a result the tool cannot read back fails its later calls.
+    #[arg(long, value_name = "JSON")]
+    pub output: Option<String>,
+
+    /// The effect did not happen: the next call with the same arguments runs the tool (with
+    /// the next fence).
+    #[arg(long)]
+    pub not_applied: bool,
+
+    /// The call failed: save this error, one JSON value as the tool's error type
+    /// serializes (`'"card declined"'`), as the call's result; later calls get it back.
+    #[arg(long, value_name = "JSON")]
+    pub error: Option<String>,
+
+    /// Who decides (1 to 128 characters, no control characters); default IDEM_ACTOR, else
+    /// USER.
+    #[arg(long, value_name = "NAME")]
+    pub actor: Option<String>,
+
+    /// Why, in the decider's words (at most 1024 characters): kept in the history.
+    #[arg(long, value_name = "TEXT")]
+    pub note: Option<String>,
+
+    /// Only if the record's fence is still N (the fence `show` printed): refuses, naming
+    /// both fences, when a call or another decision changed the record since.
+    #[arg(long, value_name = "N", conflicts_with_all = ["tool", "older_than", "scope"])]
+    pub expect_fence: Option<u64>,
+
+    /// How long a saved result (--applied, --error) is kept from now: a humantime span.
+    #[arg(long, value_name = "DURATION", default_value = "24h")]
+    pub ttl: humantime::Duration,
+
+    /// Without KEY: decide every record of this tool whose outcome is unknown.
+    #[arg(long, value_name = "NAME")]
+    pub tool: Option<String>,
+
+    /// Without KEY: only records created longer ago than this humantime span (`2h`,
+    /// `1day`).
+    #[arg(long, value_name = "DURATION")]
+    pub older_than: Option<humantime::Duration>,
+
+    /// Without KEY: only records whose scope begins with these parts (KIND=VALUE,
+    /// repeatable, outermost first).
+    #[arg(long, value_name = "KIND=VALUE", value_parser = parse_scope_part)]
+    pub scope: Vec<ScopePart>,
+
+    /// Without KEY: list the records that would be decided, and write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// Print JSON: one object for a KEY (`{"key", "decision", "actor", "note", "state",
+    /// "fence", "already_decided"}`); one per record without KEY, the counts on stderr.
     #[arg(long)]
     pub json: bool,
 }
@@ -216,12 +341,16 @@ pub struct StatsArgs {
 pub enum State {
     /// The outcome is saved.
     Completed,
-    /// A call holds the claim and is running.
+    /// A call holds the claim and renews its lease.
     #[value(alias = "in_progress")]
     InProgress,
-    /// The call gave up without an outcome.
+    /// Waiting for a decision: the call gave up without an outcome, or its owner's lease
+    /// lapsed.
     #[value(alias = "outcome_unknown")]
     OutcomeUnknown,
+    /// Decided not applied: the next call runs the tool.
+    #[value(alias = "not_applied")]
+    NotApplied,
 }
 
 impl From<State> for StateFilter {
@@ -230,6 +359,7 @@ impl From<State> for StateFilter {
             State::Completed => StateFilter::Completed,
             State::InProgress => StateFilter::InProgress,
             State::OutcomeUnknown => StateFilter::OutcomeUnknown,
+            State::NotApplied => StateFilter::NotApplied,
         }
     }
 }

@@ -11,7 +11,8 @@ use idem_runtime::{EngineConfigError, StoreError, StoreErrorKind};
 pub enum Exit {
     /// 0: found, or done.
     Done = 0,
-    /// 1: not found: nothing to show or purge (and a purge that deleted nothing).
+    /// 1: not found or nothing done: nothing to show, purge or decide (a purge that deleted
+    /// nothing; a decision refused, or lost to a change of the record).
     NotFound = 1,
     /// 2: bad usage or input; the message names the option or value.
     Usage = 2,
@@ -29,7 +30,7 @@ impl From<Exit> for ExitCode {
 /// stderr after `idem: `.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CliError {
-    /// Nothing to show or purge (exit 1).
+    /// Nothing to show, purge or decide (exit 1).
     #[error("{0}")]
     NotFound(String),
     /// Bad usage or input, naming the option or value (exit 2).
@@ -71,8 +72,9 @@ impl CliError {
 
 impl From<StoreError> for CliError {
     /// Every store error is exit 3 with the backend's message: `Unavailable` (the server
-    /// cannot be reached), `Unsupported` (the store cannot list, purge or count, or its
-    /// schema is of another version) and `Corrupt` (a record the store cannot read back).
+    /// cannot be reached), `Unsupported` (the store cannot list, purge, count, keep
+    /// histories or record decisions, or its schema is of another version) and `Corrupt` (a
+    /// record the store cannot read back).
     fn from(error: StoreError) -> Self {
         let hint = match error.kind {
             StoreErrorKind::Unavailable => "the store is unavailable",

@@ -3,7 +3,9 @@
 
 use std::fmt::Write as _;
 
-use idem_runtime::store::{Record, RecordState, StateFilter};
+use idem_runtime::store::{
+    History, HistoryEntry, HistoryEvent, OutcomeSource, Record, RecordState, StateFilter,
+};
 use idem_runtime::{IdempotencyKey, RecordLabel, ScopePart, ScopePath, Timestamp};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -101,9 +103,10 @@ fn key_args_json(label: &RecordLabel) -> Value {
 }
 
 /// One record as the JSON object `show --json` prints and `ls --json` prints per line (X2),
-/// its members in this order: `key`, `tool`, `namespace`, `scope`, `scope_parts`, `state`,
-/// `fence`, `created_at`, `expires_at`, then `completed_at` (completed), `lease_until` (in
-/// progress and outcome unknown), `unknown_since` (outcome unknown), and `outcome`,
+/// its members in this order: `key`, `tool`, `namespace`, `scope`, `scope_parts`, `state`
+/// (as a call would find it at `now`, I7), `fence`, `created_at`, `expires_at`, `overdue`,
+/// then `completed_at` and `source` (completed), `lease_until` (in progress and outcome
+/// unknown), `unknown_since` (outcome unknown), `decided_at` (not applied), and `outcome`,
 /// `key_args`.
 #[derive(Debug, Clone, Serialize)]
 pub struct RecordJson {
@@ -116,26 +119,70 @@ pub struct RecordJson {
     fence: u64,
     created_at: String,
     expires_at: String,
+    overdue: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     completed_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    source: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     lease_until: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     unknown_since: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    decided_at: Option<String>,
     outcome: Value,
     key_args: Value,
 }
 
-/// The [`RecordJson`] of `record`.
-pub fn record_json(key: &IdempotencyKey, record: &Record) -> RecordJson {
-    let label = label_of(record);
-    let (completed_at, lease_until, unknown_since) = match &record.state {
-        RecordState::Completed { completed_at, .. } => (Some(*completed_at), None, None),
-        RecordState::InProgress { lease_until, .. } => (None, Some(*lease_until), None),
+/// The times a record's state carries, by name.
+#[derive(Default)]
+struct StateTimes {
+    completed_at: Option<Timestamp>,
+    source: Option<OutcomeSource>,
+    lease_until: Option<Timestamp>,
+    unknown_since: Option<Timestamp>,
+    decided_at: Option<Timestamp>,
+}
+
+/// What `record`'s state says beside its name, at `now`: an in-progress record whose lease
+/// lapsed is an unknown outcome since its claim (U1, I7), as the decision that marks it
+/// will record it.
+fn state_times(record: &Record, now: Timestamp) -> StateTimes {
+    match &record.state {
+        RecordState::Completed {
+            completed_at,
+            source,
+            ..
+        } => StateTimes {
+            completed_at: Some(*completed_at),
+            source: Some(*source),
+            ..StateTimes::default()
+        },
+        RecordState::InProgress { lease_until, .. } => StateTimes {
+            lease_until: Some(*lease_until),
+            unknown_since: (*lease_until <= now).then_some(record.created_at),
+            ..StateTimes::default()
+        },
         RecordState::OutcomeUnknown {
             lease_until, since, ..
-        } => (None, Some(*lease_until), Some(*since)),
-    };
+        } => StateTimes {
+            lease_until: Some(*lease_until),
+            unknown_since: Some(*since),
+            ..StateTimes::default()
+        },
+        RecordState::NotApplied { decided_at } => StateTimes {
+            decided_at: Some(*decided_at),
+            ..StateTimes::default()
+        },
+        // A state of a newer runtime: its name and times, no more.
+        _ => StateTimes::default(),
+    }
+}
+
+/// The [`RecordJson`] of `record` at `now`.
+pub fn record_json(key: &IdempotencyKey, record: &Record, now: Timestamp) -> RecordJson {
+    let label = label_of(record);
+    let times = state_times(record, now);
     let text = |at: Option<Timestamp>| at.map(|t| t.to_rfc3339());
     RecordJson {
         key: key.to_string(),
@@ -143,16 +190,213 @@ pub fn record_json(key: &IdempotencyKey, record: &Record) -> RecordJson {
         namespace: label.namespace.clone(),
         scope: scope_text(&label.scope),
         scope_parts: label.scope.parts().to_vec(),
-        state: StateFilter::of(&record.state).as_str(),
+        state: StateFilter::at(&record.state, now).as_str(),
         fence: record.fence,
         created_at: record.created_at.to_rfc3339(),
         expires_at: record.expires_at.to_rfc3339(),
-        completed_at: text(completed_at),
-        lease_until: text(lease_until),
-        unknown_since: text(unknown_since),
+        overdue: record.is_overdue(now),
+        completed_at: text(times.completed_at),
+        source: times.source.map(OutcomeSource::as_str),
+        lease_until: text(times.lease_until),
+        unknown_since: text(times.unknown_since),
+        decided_at: text(times.decided_at),
         outcome: outcome_json(record),
         key_args: key_args_json(&label),
     }
+}
+
+/// One history entry as `show --history --json` prints it: `at` (RFC 3339), `event`,
+/// `fence`, then whichever of `owner`, `cause`, `source`, `decision`, `actor`, `note` the
+/// entry has; an entry this build cannot read is `{"event": "unreadable", "text": …}`.
+#[derive(Debug, Clone, Serialize)]
+pub struct HistoryEntryJson {
+    at: String,
+    event: &'static str,
+    fence: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    owner: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cause: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    source: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    decision: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    actor: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    note: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<String>,
+}
+
+/// The [`HistoryEntryJson`] of `entry`.
+pub fn history_entry_json(entry: &HistoryEntry) -> HistoryEntryJson {
+    let mut json = HistoryEntryJson {
+        at: entry.at.to_rfc3339(),
+        event: "",
+        fence: entry.fence,
+        owner: entry.owner.map(|o| o.to_hex()),
+        cause: None,
+        source: None,
+        decision: None,
+        actor: entry.actor.clone(),
+        note: entry.note.clone(),
+        text: None,
+    };
+    json.event = match &entry.event {
+        HistoryEvent::Claimed => "claimed",
+        HistoryEvent::TakenOver { cause } => {
+            json.cause = Some(cause.as_str());
+            "taken_over"
+        }
+        HistoryEvent::Unknown { cause } => {
+            json.cause = Some(cause.as_str());
+            "unknown"
+        }
+        HistoryEvent::Completed { source } => {
+            json.source = Some(source.as_str());
+            "completed"
+        }
+        HistoryEvent::Resolved { decision } => {
+            json.decision = Some(decision.as_str());
+            "resolved"
+        }
+        HistoryEvent::Released => "released",
+        HistoryEvent::Unreadable(text) => {
+            json.text = Some(text.clone());
+            "unreadable"
+        }
+        // An event of a newer runtime: kept as its stored line.
+        _ => {
+            json.text = Some(entry.to_json());
+            "unreadable"
+        }
+    };
+    json
+}
+
+/// `show --json --history`: the record's object followed by `history` and
+/// `history_dropped` (how many earlier entries the store dropped, U7).
+#[derive(Debug, Clone, Serialize)]
+pub struct RecordWithHistoryJson {
+    #[serde(flatten)]
+    record: RecordJson,
+    history: Vec<HistoryEntryJson>,
+    history_dropped: u64,
+}
+
+/// The [`RecordWithHistoryJson`] of `record` and its `history` at `now`.
+pub fn record_with_history_json(
+    key: &IdempotencyKey,
+    record: &Record,
+    history: &History,
+    now: Timestamp,
+) -> RecordWithHistoryJson {
+    RecordWithHistoryJson {
+        record: record_json(key, record, now),
+        history: history.entries.iter().map(history_entry_json).collect(),
+        history_dropped: history.dropped,
+    }
+}
+
+/// One history entry for people: `claimed (owner 3f2a…)`, `outcome unknown: lease lapsed`,
+/// `resolved applied by ana: "bank shows re_1"`. Notes and unreadable text are quoted with
+/// their control characters escaped, so that nothing stored can move the terminal.
+pub fn history_event_text(entry: &HistoryEntry) -> String {
+    let words = |text: &str| text.replace('_', " ");
+    let mut text = match &entry.event {
+        HistoryEvent::Claimed => "claimed".to_owned(),
+        HistoryEvent::TakenOver { cause } => {
+            format!(
+                "taken over (the earlier run's outcome: {})",
+                words(cause.as_str())
+            )
+        }
+        HistoryEvent::Unknown { cause } => format!("outcome unknown: {}", words(cause.as_str())),
+        HistoryEvent::Completed { source } => format!("completed ({})", source_words(*source)),
+        HistoryEvent::Resolved { decision } => format!("resolved {}", words(decision.as_str())),
+        HistoryEvent::Released => "released: not applied again".to_owned(),
+        HistoryEvent::Unreadable(stored) => format!("unreadable entry {stored:?}"),
+        _ => format!("unreadable entry {:?}", entry.to_json()),
+    };
+    if let Some(owner) = entry.owner {
+        let _ = write!(text, " (owner {})", owner.to_hex());
+    }
+    if let Some(actor) = &entry.actor {
+        let _ = write!(text, " by {}", printable(actor));
+    }
+    if let Some(note) = &entry.note {
+        let _ = write!(text, ": {note:?}");
+    }
+    text
+}
+
+/// `text` with its control characters escaped (`\u{1b}`): stored text that cannot move
+/// the terminal.
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+/// Where a saved outcome came from, for people: `executed: the tool's own result`,
+/// `reconciled: …`, `resolved: a person's decision`.
+pub fn source_words(source: OutcomeSource) -> &'static str {
+    match source {
+        OutcomeSource::Executed => "executed: the tool's own result",
+        OutcomeSource::Reconciled => "reconciled: its reconcile function found it",
+        OutcomeSource::Resolved => "resolved: a person's decision",
+        _ => "from a source this build does not know",
+    }
+}
+
+/// The history as `show --history` prints it after the record: a `history` heading, then
+/// one line per entry, oldest first: the time (RFC 3339 and relative), the fence, what
+/// happened.
+pub fn history_text(history: &History, now: Timestamp) -> String {
+    let mut text = String::new();
+    if history.entries.is_empty() {
+        text.push_str(
+            "history  none kept (a record written before histories were kept, schema 4, has \
+             none until its next transition)
+",
+        );
+        return text;
+    }
+    let _ = writeln!(
+        text,
+        "history  {}",
+        plural(history.entries.len() as u64, "entry", "entries")
+    );
+    if history.dropped > 0 {
+        let _ = writeln!(
+            text,
+            "  ({} dropped before these: a history keeps the last {})",
+            plural(history.dropped, "earlier entry", "earlier entries"),
+            idem_runtime::store::HISTORY_LIMIT
+        );
+    }
+    let rows: Vec<Vec<String>> = history
+        .entries
+        .iter()
+        .map(|entry| {
+            vec![
+                when(entry.at, now),
+                entry.fence.to_string(),
+                history_event_text(entry),
+            ]
+        })
+        .collect();
+    for line in table(&["AT", "FENCE", "EVENT"], &rows).lines() {
+        let _ = writeln!(text, "  {line}");
+    }
+    text
 }
 
 /// `value` as one line of JSON, newline included.
@@ -161,13 +405,29 @@ pub fn json_line<T: Serialize>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_default() + "\n"
 }
 
-/// `in progress`, `outcome unknown`, `completed`: a state as people read it.
+/// `in progress`, `outcome unknown`, `completed`, `not applied`: a state as people read it.
 pub fn state_words(state: StateFilter) -> &'static str {
     match state {
         StateFilter::InProgress => "in progress",
         StateFilter::OutcomeUnknown => "outcome unknown",
         StateFilter::Completed => "completed",
+        StateFilter::NotApplied => "not applied",
+        _ => "in a state this build does not know",
     }
+}
+
+/// The state a call would find at `now` as people read it, with what makes it so:
+/// `outcome unknown (lease lapsed)` for an in-progress record whose owner's lease lapsed,
+/// and `, overdue` for a record that is not completed past its `expires_at` (S8, I7).
+pub fn effective_state_text(record: &Record, now: Timestamp) -> String {
+    let mut text = state_words(StateFilter::at(&record.state, now)).to_owned();
+    if matches!(record.state, RecordState::InProgress { lease_until, .. } if lease_until <= now) {
+        text.push_str(" (lease lapsed)");
+    }
+    if record.is_overdue(now) {
+        text.push_str(", overdue");
+    }
+    text
 }
 
 /// One record as `show` prints it for people: one `name  value` line per field, times
@@ -197,10 +457,7 @@ pub fn record_text(key: &IdempotencyKey, record: &Record, now: Timestamp) -> Str
                 scope_text(&label.scope)
             },
         ),
-        (
-            "state",
-            state_words(StateFilter::of(&record.state)).to_owned(),
-        ),
+        ("state", effective_state_text(record, now)),
         (
             "fence",
             format!(
@@ -211,23 +468,43 @@ pub fn record_text(key: &IdempotencyKey, record: &Record, now: Timestamp) -> Str
         ),
         ("created", when(record.created_at, now)),
     ];
-    match &record.state {
-        RecordState::Completed { completed_at, .. } => {
-            rows.push(("completed", when(*completed_at, now)));
-        }
-        RecordState::InProgress { lease_until, .. } => {
-            rows.push(("lease until", when(*lease_until, now)));
-        }
-        RecordState::OutcomeUnknown {
-            lease_until, since, ..
-        } => {
-            rows.push(("unknown since", when(*since, now)));
-            rows.push(("lease until", when(*lease_until, now)));
-        }
+    let times = state_times(record, now);
+    if let Some(at) = times.completed_at {
+        rows.push(("completed", when(at, now)));
     }
-    rows.push(("expires", when(record.expires_at, now)));
+    if let Some(source) = times.source {
+        rows.push(("source", source_words(source).to_owned()));
+    }
+    if let Some(at) = times.decided_at {
+        rows.push(("decided", when(at, now)));
+    }
+    if let Some(at) = times.unknown_since {
+        rows.push(("unknown since", when(at, now)));
+    }
+    if let Some(at) = times.lease_until {
+        rows.push(("lease until", when(at, now)));
+    }
+    let expires = when(record.expires_at, now);
+    rows.push((
+        "expires",
+        if record.is_overdue(now) {
+            format!("{expires}: overdue, kept until a call, a decision or a purge moves it on")
+        } else {
+            expires
+        },
+    ));
     if let Some(args) = &label.key_args {
         rows.push(("key args", args.clone()));
+    }
+    if StateFilter::at(&record.state, now) == StateFilter::OutcomeUnknown {
+        rows.push((
+            "to decide",
+            format!(
+                "idem resolve {key} --expect-fence {} (--applied [--output JSON] | \
+                 --not-applied | --error JSON)",
+                record.fence
+            ),
+        ));
     }
     let width = rows.iter().map(|(name, _)| name.len()).max().unwrap_or(0);
     let mut text = String::new();
@@ -290,7 +567,7 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use idem_runtime::store::OwnerToken;
+    use idem_runtime::store::{DecisionKind, OwnerToken, UnknownReason};
     use idem_runtime::{Envelope, Fingerprint};
 
     const NOW: u64 = 1_796_157_213_123;
@@ -316,9 +593,21 @@ mod tests {
             state: RecordState::Completed {
                 outcome: Envelope::encode_ok(&json!({"refund_id": "re_1"})).unwrap(),
                 completed_at: at(-179_000),
+                source: OutcomeSource::Executed,
             },
             label,
         }
+    }
+
+    /// The value of `show`'s row `name` in `text`.
+    fn row<'a>(text: &'a str, name: &str) -> &'a str {
+        text.lines()
+            .find_map(|line| {
+                line.strip_prefix(name)
+                    .filter(|rest| rest.starts_with("  "))
+                    .map(str::trim)
+            })
+            .unwrap_or_else(|| panic!("no row {name}: {text}"))
     }
 
     // pins X2, P3: relative times, past and future, two units at most
@@ -353,7 +642,8 @@ mod tests {
                     .with("conversation", "c/9"),
             )
         };
-        let value = serde_json::to_value(record_json(&key(), &completed(Some(label)))).unwrap();
+        let value =
+            serde_json::to_value(record_json(&key(), &completed(Some(label)), at(0))).unwrap();
         assert_eq!(
             value,
             json!({
@@ -369,7 +659,9 @@ mod tests {
                 "fence": 1,
                 "created_at": "2026-12-01T20:30:33.123Z",
                 "expires_at": "2026-12-02T20:30:33.123Z",
+                "overdue": false,
                 "completed_at": "2026-12-01T20:30:34.123Z",
+                "source": "executed",
                 "outcome": {"ok": {"refund_id": "re_1"}},
                 "key_args": {"amount_cents": 500, "order_id": 4417},
             })
@@ -379,7 +671,7 @@ mod tests {
     // pins X2: members come in a reading order, key first, the outcome after the times
     #[test]
     fn members_come_in_reading_order() {
-        let line = json_line(&record_json(&key(), &completed(None)));
+        let line = json_line(&record_json(&key(), &completed(None), at(0)));
         let at = |member: &str| line.find(&format!("\"{member}\":")).unwrap();
         let order = [
             "key",
@@ -391,7 +683,9 @@ mod tests {
             "fence",
             "created_at",
             "expires_at",
+            "overdue",
             "completed_at",
+            "source",
             "outcome",
             "key_args",
         ];
@@ -407,7 +701,7 @@ mod tests {
     fn a_record_without_label_shows_empty() {
         for label in [None, Some(RecordLabel::default())] {
             let record = completed(label);
-            let value = serde_json::to_value(record_json(&key(), &record)).unwrap();
+            let value = serde_json::to_value(record_json(&key(), &record, at(0))).unwrap();
             assert_eq!(value["tool"], Value::Null);
             assert_eq!(value["scope"], "");
             assert_eq!(value["scope_parts"], json!([]));
@@ -427,7 +721,7 @@ mod tests {
             since: at(-180_000),
         };
         record.fence = 2;
-        let value = serde_json::to_value(record_json(&key(), &record)).unwrap();
+        let value = serde_json::to_value(record_json(&key(), &record, at(0))).unwrap();
         assert_eq!(value["state"], "outcome_unknown");
         assert_eq!(value["lease_until"], "2026-12-01T20:34:03.123Z");
         assert_eq!(value["unknown_since"], "2026-12-01T20:30:33.123Z");
@@ -440,6 +734,208 @@ mod tests {
         );
         assert!(text.contains("fence          2 (2 attempts)"), "{text}");
         assert!(text.contains("scope          - (global)"), "{text}");
+        assert!(
+            text.contains(&format!(
+                "to decide      idem resolve {} --expect-fence 2 (--applied",
+                key()
+            )),
+            "{text}"
+        );
+    }
+
+    // pins I7, U1, S8, X2: an in-progress record whose lease lapsed shows as outcome
+    // unknown (since its claim), and one past its expiry is marked overdue, in JSON and text
+    #[test]
+    fn a_lapsed_claim_is_unknown_and_an_old_one_overdue() {
+        let mut record = completed(Some(RecordLabel::new("t", ScopePath::new())));
+        record.state = RecordState::InProgress {
+            owner: OwnerToken::random(),
+            lease_until: at(30_000),
+        };
+        let live = serde_json::to_value(record_json(&key(), &record, at(0))).unwrap();
+        assert_eq!(live["state"], "in_progress");
+        assert_eq!(live["overdue"], false);
+        assert!(live.get("unknown_since").is_none(), "{live}");
+        let text = record_text(&key(), &record, at(0));
+        assert_eq!(row(&text, "state"), "in progress", "{text}");
+        assert!(
+            !text.contains("to decide"),
+            "a live claim is not decided: {text}"
+        );
+
+        let lapsed = serde_json::to_value(record_json(&key(), &record, at(30_000))).unwrap();
+        assert_eq!(lapsed["state"], "outcome_unknown", "at its lease deadline");
+        assert_eq!(lapsed["unknown_since"], "2026-12-01T20:30:33.123Z");
+        assert_eq!(lapsed["lease_until"], "2026-12-01T20:34:03.123Z");
+        let text = record_text(&key(), &record, at(30_000));
+        assert_eq!(
+            row(&text, "state"),
+            "outcome unknown (lease lapsed)",
+            "{text}"
+        );
+        assert_eq!(
+            row(&text, "unknown since"),
+            "2026-12-01T20:30:33.123Z (3m ago)",
+            "{text}"
+        );
+
+        let day = 86_400_000;
+        let overdue = serde_json::to_value(record_json(&key(), &record, at(day))).unwrap();
+        assert_eq!(overdue["overdue"], true);
+        let text = record_text(&key(), &record, at(day));
+        assert!(
+            text.contains("outcome unknown (lease lapsed), overdue"),
+            "{text}"
+        );
+        assert!(text.contains("(3m ago): overdue, kept until"), "{text}");
+        assert_eq!(
+            effective_state_text(&completed(None), at(2 * day)),
+            "completed",
+            "a completed record is never overdue (it expires)"
+        );
+    }
+
+    // pins U6, X2: a not-applied record shows when it was decided; a resolved outcome its
+    // source
+    #[test]
+    fn decided_records_show_decided_at_and_source() {
+        let mut record = completed(None);
+        record.state = RecordState::NotApplied {
+            decided_at: at(-60_000),
+        };
+        let value = serde_json::to_value(record_json(&key(), &record, at(0))).unwrap();
+        assert_eq!(value["state"], "not_applied");
+        assert_eq!(value["decided_at"], "2026-12-01T20:32:33.123Z");
+        assert_eq!(value["outcome"], Value::Null);
+        assert!(value.get("source").is_none() && value.get("lease_until").is_none());
+        let text = record_text(&key(), &record, at(0));
+        assert_eq!(row(&text, "state"), "not applied", "{text}");
+        assert_eq!(
+            row(&text, "decided"),
+            "2026-12-01T20:32:33.123Z (1m ago)",
+            "{text}"
+        );
+
+        record.state = RecordState::Completed {
+            outcome: Envelope::encode_ok(&Value::Null).unwrap(),
+            completed_at: at(0),
+            source: OutcomeSource::Resolved,
+        };
+        let value = serde_json::to_value(record_json(&key(), &record, at(0))).unwrap();
+        assert_eq!(value["source"], "resolved");
+        assert_eq!(value["outcome"], json!({"ok": null}));
+        let text = record_text(&key(), &record, at(0));
+        assert_eq!(
+            row(&text, "source"),
+            "resolved: a person's decision",
+            "{text}"
+        );
+    }
+
+    // pins U7, X2, P3: history entries as JSON objects (members present only when the
+    // entry has them) and as lines with absolute and relative times; notes are escaped
+    #[test]
+    fn history_as_json_and_text() {
+        let owner = OwnerToken::from_u128(0xabc);
+        let history = History {
+            entries: vec![
+                HistoryEntry::claimed(at(-180_000), 1, owner),
+                HistoryEntry::new(
+                    at(-120_000),
+                    HistoryEvent::Unknown {
+                        cause: UnknownReason::LeaseLapsed,
+                    },
+                    1,
+                ),
+                HistoryEntry::new(
+                    at(-60_000),
+                    HistoryEvent::Resolved {
+                        decision: DecisionKind::NotApplied,
+                    },
+                    1,
+                )
+                .with_actor("ana", Some("bank: no refund\n\u{1b}[2J".to_owned())),
+                HistoryEntry::new(
+                    at(0),
+                    HistoryEvent::Completed {
+                        source: OutcomeSource::Executed,
+                    },
+                    2,
+                ),
+                HistoryEntry::from_json("not json"),
+            ],
+            dropped: 3,
+        };
+        let value = serde_json::to_value(record_with_history_json(
+            &key(),
+            &completed(None),
+            &history,
+            at(0),
+        ))
+        .unwrap();
+        assert_eq!(value["key"], "ab".repeat(32), "the record's members first");
+        assert_eq!(value["history_dropped"], 3);
+        assert_eq!(
+            value["history"],
+            json!([
+                {"at": "2026-12-01T20:30:33.123Z", "event": "claimed", "fence": 1,
+                 "owner": "00000000000000000000000000000abc"},
+                {"at": "2026-12-01T20:31:33.123Z", "event": "unknown", "fence": 1,
+                 "cause": "lease_lapsed"},
+                {"at": "2026-12-01T20:32:33.123Z", "event": "resolved", "fence": 1,
+                 "decision": "not_applied", "actor": "ana", "note": "bank: no refund\n\u{1b}[2J"},
+                {"at": "2026-12-01T20:33:33.123Z", "event": "completed", "fence": 2,
+                 "source": "executed"},
+                {"at": "1970-01-01T00:00:00.000Z", "event": "unreadable", "fence": 0,
+                 "text": "not json"},
+            ])
+        );
+        let text = history_text(&history, at(0));
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "history  5 entries");
+        assert!(lines[1].contains("3 earlier entries dropped"), "{text}");
+        assert!(lines[2].starts_with("  AT"), "{text}");
+        assert!(
+            lines[3].starts_with("  2026-12-01T20:30:33.123Z (3m ago)")
+                && lines[3].ends_with("1      claimed (owner 00000000000000000000000000000abc)"),
+            "{text}"
+        );
+        assert!(
+            lines[4].ends_with("1      outcome unknown: lease lapsed"),
+            "{text}"
+        );
+        assert!(
+            lines[5]
+                .ends_with(r#"1      resolved not applied by ana: "bank: no refund\n\u{1b}[2J""#),
+            "{text}"
+        );
+        assert!(
+            !text.contains('\u{1b}'),
+            "no escape sequence reaches the terminal: {text}"
+        );
+        assert!(
+            lines[6].contains("(now)")
+                && lines[6].ends_with("2      completed (executed: the tool's own result)"),
+            "{text}"
+        );
+        assert!(
+            lines[7].ends_with(r#"unreadable entry "not json""#),
+            "{text}"
+        );
+        assert!(history_text(&History::default(), at(0)).starts_with("history  none kept"));
+        let odd_actor = HistoryEntry::new(
+            at(0),
+            HistoryEvent::Resolved {
+                decision: DecisionKind::Applied,
+            },
+            1,
+        )
+        .with_actor("a\u{1b}[2Jb", None);
+        assert_eq!(
+            history_event_text(&odd_actor),
+            "resolved applied by a\\u{1b}[2Jb",
+            "an actor from another writer is escaped too"
+        );
     }
 
     // pins X2: a saved error shows as err; an envelope this build cannot read is shown,
@@ -450,6 +946,7 @@ mod tests {
         record.state = RecordState::Completed {
             outcome: Envelope::encode_err(&json!({"Failed": "card declined"})).unwrap(),
             completed_at: at(0),
+            source: OutcomeSource::Resolved,
         };
         assert_eq!(
             outcome_json(&record),
@@ -458,6 +955,7 @@ mod tests {
         record.state = RecordState::Completed {
             outcome: Envelope::from_stored(r#"{"version":9,"ok":1}"#),
             completed_at: at(0),
+            source: OutcomeSource::Executed,
         };
         assert_eq!(
             outcome_json(&record)["undecodable"],

@@ -1,10 +1,11 @@
 //! The grammar of `#[idempotent(…)]`: options parsed into a typed value that keeps the
-//! span of every token a later error may point at (contract C3, K6–K8, S8, L1, U3, U4).
+//! span of every token a later error may point at (contract C3, K6–K8, S8, L1, U2–U4).
 //!
 //! ```text
 //! options  := (option ("," option)* ","?)?
 //! option   := "scope" "=" STRING | "ttl" "=" STRING | "lease" "=" STRING | "wait" "=" STRING
 //!           | "heartbeat" "=" STRING | "on_cancel" "=" ("\"hold\"" | "\"release\"")
+//!           | "on_unknown" "=" ("\"hold\"" | "\"rerun\"")
 //!           | "reconcile" "=" PATH
 //!           | "name" "=" STRING | "store" "=" STRING | "dispatch" "=" BOOL
 //!           | "skip" "(" idents ")" | "key" "(" idents ")" | "audit"
@@ -42,10 +43,21 @@ pub(crate) struct Spanned<T> {
 /// it began (U4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum OnCancel {
-    /// The key stays held, its outcome unknown, until the lease lapses: at most once.
+    /// The outcome is unknown: what follows is [`OnUnknown`]'s choice.
     Hold,
     /// The claim is released at once: the next call runs the body again, at least once.
     Release,
+}
+
+/// What happens to an unknown outcome (U1) that no reconcile function settles (U2, U2a).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnUnknown {
+    /// Every call gets `OutcomeUnknown` until a person decides (`idem resolve`): at most
+    /// once.
+    Hold,
+    /// Calls get `OutcomeUnknown` until the lease lapses, then the next call runs the body
+    /// again: at least once.
+    Rerun,
 }
 
 /// `skip(…)` or `key(…)`: argument names as written.
@@ -65,6 +77,8 @@ pub(crate) struct Options {
     pub heartbeat: Option<Spanned<Duration>>,
     /// U4: what a cancelled or panicked body leaves behind.
     pub on_cancel: Option<Spanned<OnCancel>>,
+    /// U2, U2a: what happens to an unknown outcome that no reconcile function settles.
+    pub on_unknown: Option<Spanned<OnUnknown>>,
     /// U3: the fn asked whether the effect of a call whose outcome is unknown (U1) happened.
     pub reconcile: Option<ExprPath>,
     pub name: Option<Spanned<String>>,
@@ -100,6 +114,7 @@ const OPTIONS: &[&str] = &[
     "wait",
     "heartbeat",
     "on_cancel",
+    "on_unknown",
     "reconcile",
     "name",
     "skip",
@@ -183,8 +198,8 @@ fn parse_options(
                     }
                 }
             }
-            "scope" | "ttl" | "lease" | "wait" | "heartbeat" | "on_cancel" | "reconcile"
-            | "name" | "dispatch" | "store" | "crate" => {
+            "scope" | "ttl" | "lease" | "wait" | "heartbeat" | "on_cancel" | "on_unknown"
+            | "reconcile" | "name" | "dispatch" | "store" | "crate" => {
                 let value = parse_value(input, &option)?;
                 if repeated {
                     errors.at(option.span(), duplicate(&option_name));
@@ -232,6 +247,7 @@ fn parse_value(input: ParseStream, option: &Ident) -> syn::Result<Expr> {
             "wait" => "wait = \"5s\"",
             "heartbeat" => "heartbeat = \"20s\"",
             "on_cancel" => "on_cancel = \"hold\"",
+            "on_unknown" => "on_unknown = \"hold\"",
             "reconcile" => "reconcile = check_refund",
             "name" => "name = \"send_refund\"",
             "store" => "store = \"sqlite:agent.db\"",
@@ -354,6 +370,13 @@ fn set_value(options: &mut Options, option: &str, value: &Expr) -> syn::Result<(
                 span: lit.span(),
             });
         }
+        "on_unknown" => {
+            let lit = string_literal(value, option, "\"hold\"")?;
+            options.on_unknown = Some(Spanned {
+                value: parse_on_unknown(&lit)?,
+                span: lit.span(),
+            });
+        }
         "reconcile" => options.reconcile = Some(reconcile_path(value)?),
         "store" => {
             let lit = string_literal(value, option, "\"sqlite:agent.db\"")?;
@@ -444,7 +467,7 @@ fn parse_on_cancel(lit: &LitStr) -> syn::Result<OnCancel> {
         _ => {}
     }
     let mut message = format!(
-        "invalid `on_cancel` value \"{}\": use \"hold\" (the default: a call whose body was cancelled or panicked keeps its key held, its outcome unknown, until its lease lapses, so the effect happens at most once) or \"release\" (the claim is released at once and the next call runs the body again, so the effect happens at least once)",
+        "invalid `on_cancel` value \"{}\": use \"hold\" (the default: a call whose body was cancelled or panicked leaves its outcome unknown, and `on_unknown` decides what follows) or \"release\" (the claim is released at once and the next call runs the body again, so the effect happens at least once)",
         text.escape_default()
     );
     if let Some(value) = ["hold", "release"]
@@ -453,6 +476,29 @@ fn parse_on_cancel(lit: &LitStr) -> syn::Result<OnCancel> {
     {
         message.push_str(&format!(
             "; the values are lower-case: did you mean `on_cancel = \"{value}\"`?"
+        ));
+    }
+    Err(syn::Error::new(lit.span(), message))
+}
+
+/// `"hold"` or `"rerun"` (U2, U2a).
+fn parse_on_unknown(lit: &LitStr) -> syn::Result<OnUnknown> {
+    let text = lit.value();
+    match text.as_str() {
+        "hold" => return Ok(OnUnknown::Hold),
+        "rerun" => return Ok(OnUnknown::Rerun),
+        _ => {}
+    }
+    let mut message = format!(
+        "invalid `on_unknown` value \"{}\": use \"hold\" (the default: a call whose outcome is unknown keeps its key held, every call getting `OutcomeUnknown`, until a person decides with `idem resolve`, so the effect happens at most once) or \"rerun\" (once the unknown call's lease lapses the next call runs the body again with the same key, so the effect happens at least once)",
+        text.escape_default()
+    );
+    if let Some(value) = ["hold", "rerun"]
+        .into_iter()
+        .find(|v| v.eq_ignore_ascii_case(text.trim()))
+    {
+        message.push_str(&format!(
+            "; the values are lower-case: did you mean `on_unknown = \"{value}\"`?"
         ));
     }
     Err(syn::Error::new(lit.span(), message))
@@ -716,23 +762,29 @@ mod tests {
         assert!(err(quote!(skip(a), skip(b))).contains("duplicate"));
     }
 
-    // pins L1, U3, U4: the three options of lease renewal and unknown outcomes parse into
+    // pins L1, U2–U4: the four options of lease renewal and unknown outcomes parse into
     // their typed values; leaving them out leaves the runtime's defaults
     #[test]
     fn parses_the_outcome_options() {
         let options = ok(quote!(
             heartbeat = "20s",
             on_cancel = "release",
+            on_unknown = "rerun",
             reconcile = Self::check_refund,
         ));
         let heartbeat = options.heartbeat.unwrap().value;
         assert_eq!(heartbeat, Duration::from_secs(20));
         assert_eq!(options.on_cancel.unwrap().value, OnCancel::Release);
+        assert_eq!(options.on_unknown.unwrap().value, OnUnknown::Rerun);
         let path = options.reconcile.unwrap();
         assert_eq!(quote!(#path).to_string(), "Self :: check_refund");
         assert_eq!(
             ok(quote!(on_cancel = "hold")).on_cancel.unwrap().value,
             OnCancel::Hold
+        );
+        assert_eq!(
+            ok(quote!(on_unknown = "hold")).on_unknown.unwrap().value,
+            OnUnknown::Hold
         );
         for path in [
             quote!(check_refund),
@@ -745,6 +797,7 @@ mod tests {
         let defaults = ok(quote!());
         assert!(defaults.heartbeat.is_none());
         assert!(defaults.on_cancel.is_none());
+        assert!(defaults.on_unknown.is_none());
         assert!(defaults.reconcile.is_none());
     }
 
@@ -804,6 +857,37 @@ mod tests {
         assert!(err(quote!(on_cancel)).contains("takes a value: `on_cancel = \"hold\"`"));
     }
 
+    // pins U2, U2a, C3: `on_unknown` is "hold" or "rerun", nothing else
+    #[test]
+    fn on_unknown_is_hold_or_rerun() {
+        let message = err(quote!(on_unknown = "retry"));
+        assert!(
+            message.contains("invalid `on_unknown` value \"retry\": use \"hold\""),
+            "{message}"
+        );
+        assert!(message.contains("`idem resolve`"), "{message}");
+        assert!(message.contains("or \"rerun\""), "{message}");
+        assert!(message.contains("at least once"), "{message}");
+        assert!(!message.contains("did you mean"), "{message}");
+        // `on_cancel`'s values are not `on_unknown`'s
+        assert!(err(quote!(on_unknown = "release")).contains("invalid `on_unknown` value"));
+        assert!(
+            err(quote!(on_unknown = "Rerun")).contains("did you mean `on_unknown = \"rerun\"`?")
+        );
+        assert!(
+            err(quote!(on_unknown = " HOLD ")).contains("did you mean `on_unknown = \"hold\"`?")
+        );
+        assert!(err(quote!(on_unknown = rerun))
+            .contains("takes a string literal: `on_unknown = \"hold\"`"));
+        assert!(err(quote!(on_unknown)).contains("takes a value: `on_unknown = \"hold\"`"));
+        // the two options are independent (U2b): every pair parses
+        for on_cancel in ["hold", "release"] {
+            for on_unknown in ["hold", "rerun"] {
+                ok(quote!(on_cancel = #on_cancel, on_unknown = #on_unknown));
+            }
+        }
+    }
+
     // pins U3, C3: `reconcile` names a fn by its path, never as a string or a call
     #[test]
     fn reconcile_is_a_path() {
@@ -828,9 +912,11 @@ mod tests {
         for tokens in [
             quote!(heartbeat = "10s", heartbeat = "20s"),
             quote!(on_cancel = "hold", on_cancel = "release"),
+            quote!(on_unknown = "hold", on_unknown = "rerun"),
             quote!(reconcile = a, reconcile = b),
             // a repeat is a duplicate even when the first value was bad
             quote!(on_cancel = "x", on_cancel = "hold"),
+            quote!(on_unknown = "x", on_unknown = "hold"),
         ] {
             let message = err(tokens);
             assert!(
@@ -846,6 +932,8 @@ mod tests {
             ("hearbeat", "heartbeat"),
             ("oncancel", "on_cancel"),
             ("on_cancle", "on_cancel"),
+            ("onunknown", "on_unknown"),
+            ("on_unkown", "on_unknown"),
             ("reconcil", "reconcile"),
             ("reconcle", "reconcile"),
         ] {
@@ -856,7 +944,7 @@ mod tests {
                 "{message}"
             );
             assert!(
-                message.contains("heartbeat, on_cancel, reconcile"),
+                message.contains("heartbeat, on_cancel, on_unknown, reconcile"),
                 "the option list names the new options: {message}"
             );
         }

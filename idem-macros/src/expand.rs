@@ -35,7 +35,8 @@
 //!
 //! The spec also carries `heartbeat` (`Some(Duration::from_millis(N))`, or `None` for the
 //! runtime's default, a third of the lease), `on_cancel` (`::idem_agent::OnCancel::Hold` unless
-//! `on_cancel = "release"`) and `reconcile` (whether `reconcile = PATH` is given). With
+//! `on_cancel = "release"`), `on_unknown` (`::idem_agent::OnUnknown::Hold` unless
+//! `on_unknown = "rerun"`) and `reconcile` (whether `reconcile = PATH` is given). With
 //! `reconcile = check_refund`, the call is claimed first, and a record left
 //! outcome-unknown is settled by the reconcile fn before the body may run (U3):
 //!
@@ -67,7 +68,7 @@ use quote::{quote, quote_spanned, ToTokens};
 use syn::ext::IdentExt;
 use syn::{Item, ItemFn, TraitItemFn, Type};
 
-use crate::attr::{self, Errors, OnCancel, Options};
+use crate::attr::{self, Errors, OnCancel, OnUnknown, Options};
 use crate::companion;
 use crate::facade;
 use crate::item::{self, Param, Role, ToolFn};
@@ -233,6 +234,10 @@ pub(crate) fn spec_literal(options: &Options, tool_name: &str) -> (TokenStream, 
         None | Some(OnCancel::Hold) => quote!(#idem::OnCancel::Hold),
         Some(OnCancel::Release) => quote!(#idem::OnCancel::Release),
     };
+    let on_unknown = match options.on_unknown.as_ref().map(|o| o.value) {
+        None | Some(OnUnknown::Hold) => quote!(#idem::OnUnknown::Hold),
+        Some(OnUnknown::Rerun) => quote!(#idem::OnUnknown::Rerun),
+    };
     let reconcile = options.reconcile.is_some();
     let (store, store_check) = match &options.store {
         Some(store) => {
@@ -257,6 +262,7 @@ pub(crate) fn spec_literal(options: &Options, tool_name: &str) -> (TokenStream, 
             wait: #wait,
             heartbeat: #heartbeat,
             on_cancel: #on_cancel,
+            on_unknown: #on_unknown,
             reconcile: #reconcile,
             store: #store,
             audit: #audit,
@@ -638,13 +644,14 @@ mod tests {
         expand(args, item).to_string()
     }
 
-    // pins L1, U3, U4: the options reach the tool's spec
+    // pins L1, U2–U4: the options reach the tool's spec
     #[test]
     fn spec_carries_the_outcome_options() {
         let output = expanded(
             quote!(
                 heartbeat = "1500ms",
                 on_cancel = "release",
+                on_unknown = "rerun",
                 reconcile = check
             ),
             quote!(
@@ -663,6 +670,10 @@ mod tests {
             output.contains("on_cancel : :: idem_agent :: OnCancel :: Release"),
             "{output}"
         );
+        assert!(
+            output.contains("on_unknown : :: idem_agent :: OnUnknown :: Rerun"),
+            "{output}"
+        );
         assert!(output.contains("reconcile : true"), "{output}");
         let output = expanded(
             quote!(),
@@ -678,6 +689,10 @@ mod tests {
         );
         assert!(
             output.contains("on_cancel : :: idem_agent :: OnCancel :: Hold"),
+            "{output}"
+        );
+        assert!(
+            output.contains("on_unknown : :: idem_agent :: OnUnknown :: Hold"),
             "{output}"
         );
         assert!(output.contains("reconcile : false"), "{output}");

@@ -58,7 +58,8 @@ use proc_macro::TokenStream;
 /// | `lease = "60s"` | `"60s"` | How long a claim is held before a caller may take it over (when the owner died). `"0s"` means already lapsed. |
 /// | `wait = "5s"` | `"5s"` | How long a concurrent duplicate waits for the owner's outcome before it gets a retryable `InProgress` error. |
 /// | `heartbeat = "20s"` | a third of the lease | How often a running call renews its lease (L1), so that a body running longer than the lease keeps its claim and no caller takes it over. Longer than zero and shorter than the lease. |
-/// | `on_cancel = "hold"` | `"hold"` | What a body leaves behind when it began and then was cancelled (its future dropped) or panicked (U4). `"hold"`: the key stays held, its outcome unknown, until the lease lapses: the effect happens at most once. `"release"`: the claim is released at once and the next call runs the body again: at least once, for effects that are harmless to repeat or deduplicated downstream by the forwarded key. |
+/// | `on_cancel = "hold"` | `"hold"` | What a body leaves behind when it began and then was cancelled (its future dropped) or panicked (U4). `"hold"`: its outcome is unknown, and `on_unknown` decides what follows. `"release"`: the claim is released at once and the next call runs the body again: at least once, for effects that are harmless to repeat or deduplicated downstream by the forwarded key. |
+/// | `on_unknown = "hold"` | `"hold"` | What happens to an unknown outcome that no reconcile function settles (U2, U2a). `"hold"`: held for a person's decision (`idem resolve`): every call gets a non-retryable `OutcomeUnknown` until then, so the effect happens at most once. `"rerun"`: at least once: calls get `OutcomeUnknown` until the lease of the unknown call lapses, then the next call runs the body again with the same key, for effects that are harmless to repeat or deduplicated downstream by the forwarded key or fence. |
 /// | `reconcile = check_refund` | none | The fn that finds out whether the effect of a run whose outcome is unknown happened (U3), called instead of the body first: a path, not a string (`Self::check_refund` for an associated fn or method). Below. |
 /// | `name = "…"` | the fn's name | The tool name, part of every key and the name a model calls. 1 to 64 ASCII letters, digits, `_`, `-`, `.`. |
 /// | `skip(a, b)` | none | Arguments left out of the key and the fingerprint: timestamps, handles, anything that differs between retries of one intent. |
@@ -84,9 +85,12 @@ use proc_macro::TokenStream;
 /// cancelled (its future dropped) or panicked after it began (with `on_cancel = "hold"`,
 /// U4), or its owner died and the lease lapsed. The effect may or may not have happened.
 ///
-/// Without `reconcile` (U2), a call that finds the key unknown gets a non-retryable
-/// `idem_agent::Error::OutcomeUnknown` until the claim's lease lapses; then the next call runs the
-/// body again with the same key (`idem_agent::AttemptInfo::is_takeover` tells the body).
+/// Without `reconcile`, a call that finds the key unknown gets a non-retryable
+/// `idem_agent::Error::OutcomeUnknown`. With `on_unknown = "hold"` (the default, U2) every
+/// call gets it until a person records what happened (`idem resolve`): the body never runs
+/// again on its own. With `on_unknown = "rerun"` (U2a) calls get it until the claim's lease
+/// lapses; then the next call runs the body again with the same key
+/// (`idem_agent::AttemptInfo::is_takeover` tells the body).
 ///
 /// With `reconcile = check_refund` (U3), such a call takes the key over at once and calls
 /// `check_refund` instead of the body. It gets the receiver first for a method (as
@@ -137,9 +141,10 @@ use proc_macro::TokenStream;
 ///   the return type says which part is missing.
 /// - The options are well formed: an unknown or repeated option, a bad duration or scope
 ///   or tool name, a heartbeat not shorter than the lease, an `on_cancel` other than
-///   `"hold"` or `"release"`, a `reconcile` that is not a path, and a `skip`/`key` name
-///   that is not an argument are errors at the offending token. The fn is then still
-///   emitted unchanged, so its callers get no secondary errors.
+///   `"hold"` or `"release"`, an `on_unknown` other than `"hold"` or `"rerun"`, a
+///   `reconcile` that is not a path, and a `skip`/`key` name that is not an argument are
+///   errors at the offending token. The fn is then still emitted unchanged, so its callers
+///   get no secondary errors.
 /// - A reconcile fn that does not exist is rustc's "cannot find function" at its path; one
 ///   whose parameters or return type do not fit is an error at its path, saying what it
 ///   should take and return.

@@ -393,6 +393,25 @@ mod tests {
         }
     }
 
+    // pins M12, U2a, U4: `on_cancel` and `on_unknown` reach the spec of an rmcp tool
+    #[test]
+    fn outcome_options_reach_an_rmcp_tool_spec() {
+        let out = expanded(
+            quote!(on_cancel = "release", on_unknown = "rerun"),
+            quote! {
+                #[tool]
+                async fn send_refund(&self) -> String { String::new() }
+            },
+        );
+        for piece in [
+            "static __IDEM_SPEC : :: idem_agent :: ToolSpec",
+            "on_cancel : :: idem_agent :: OnCancel :: Release",
+            "on_unknown : :: idem_agent :: OnUnknown :: Rerun",
+        ] {
+            assert!(out.contains(piece), "missing `{piece}` in {out}");
+        }
+    }
+
     // pins M12, C3: `reconcile` and `dispatch` are errors on an rmcp tool, and the method
     // is emitted unchanged
     #[test]

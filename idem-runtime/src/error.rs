@@ -69,13 +69,16 @@ pub enum Error {
     },
 
     /// Whether the effect of the key's last run happened is unknown (U1, U2): that run was
-    /// cancelled or panicked after it began, ended with an outcome-unknown error, or was
-    /// taken over after its lease lapsed and the reconcile function could not tell. The
-    /// body does not run. Not retried by the dispatcher: the model is told the outcome is
-    /// unknown. For a tool with a reconcile function the next call reconciles again; for
-    /// others the key is held until `retry_after_ms` has passed, after which the next call
-    /// runs the body again with the same key (at least once from then on).
-    #[error("{}", outcome_unknown_message(tool, key, *since, *retry_after_ms))]
+    /// cancelled or panicked after it began, ended with an outcome-unknown error, its owner
+    /// died (its lease lapsed), or the reconcile function could not tell. The body does not
+    /// run. Not retried by the dispatcher: the model is told the outcome is unknown and not
+    /// to retry the action (D3). With `held` (the default `on_unknown = "hold"`, U2) every
+    /// call gets this until a person decides (`idem resolve`, U6); for a tool with a
+    /// reconcile function the next call reconciles again; with `on_unknown = "rerun"`
+    /// (U2a) the key is held until `retry_after_ms` has passed, after which the next call
+    /// runs the body again with the same key. Stripe/IETF have no such answer: it is the
+    /// 409 of a request whose first attempt may have had its effect.
+    #[error("{}", outcome_unknown_message(tool, key, *since, *retry_after_ms, *held))]
     OutcomeUnknown {
         /// The tool's name.
         tool: String,
@@ -84,10 +87,15 @@ pub enum Error {
         /// Since when the outcome has been unknown: the claim time of the run whose
         /// outcome is unknown (engine clock, ms since the epoch).
         since: crate::clock::Timestamp,
-        /// For a tool without a reconcile function: in how many milliseconds (engine clock)
-        /// the held claim lapses and a call may run the body again. `None`: a reconcile
-        /// function decides on the next call.
+        /// Under `on_unknown = "rerun"` (U2a) for a tool without a reconcile function: in
+        /// how many milliseconds (engine clock) the held claim lapses and a call may run
+        /// the body again. `None`: a person or a reconcile function decides.
         retry_after_ms: Option<u64>,
+        /// `true` when nothing runs the body again until a person decides (U2): the tool
+        /// holds unknown outcomes (the default) and has no reconcile function. Absent from
+        /// older serialized errors (read as `false`).
+        #[serde(default)]
+        held: bool,
     },
 
     /// The key or fingerprint arguments cannot be written as canonical JSON (K2, K3):
@@ -158,12 +166,14 @@ fn outcome_unknown_message(
     key: &str,
     since: crate::clock::Timestamp,
     retry_after_ms: Option<u64>,
+    held: bool,
 ) -> String {
-    let next = match retry_after_ms {
-        Some(ms) => format!("the key is held for {ms} ms more; after that a call runs the tool again with the same key"),
-        None => "the next call asks the tool's reconcile function again".to_owned(),
+    let next = match (held, retry_after_ms) {
+        (true, _) => format!("it is held until a person decides: nothing runs the tool again for this key on its own; an operator checks whether the effect happened (`idem show {key} --history`) and records it with `idem resolve {key} --applied [--output JSON]`, `--not-applied` or `--error JSON`; do not retry this action, in this or another form"),
+        (false, Some(ms)) => format!("the key is held for {ms} ms more; after that a call runs the tool again with the same key"),
+        (false, None) => "the next call asks the tool's reconcile function again".to_owned(),
     };
-    format!("the outcome of idempotency key {key} of tool `{tool}` is unknown: a run that claimed it at {} ms after the epoch ended without an outcome (cancelled, crashed, or timed out downstream), so the effect may or may not have happened; {next}", since.as_millis())
+    format!("the outcome of idempotency key {key} of tool `{tool}` is unknown since {}: a run that claimed it ended without an outcome (cancelled, crashed, or timed out downstream), so the effect may or may not have happened; {next}", since.to_rfc3339())
 }
 
 impl Error {

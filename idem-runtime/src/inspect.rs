@@ -80,13 +80,48 @@ pub struct Lookup {
     pub key: IdempotencyKey,
     /// Its live record, if any.
     pub record: Option<Record>,
-    /// When there is no record: how many live records the same tool has in the same scope
-    /// (and namespace), up to 1000. More than zero means the call was probably made with
-    /// other arguments (a mistyped or missing one), not never.
+    /// When there is no record: how many live records the same tool has in exactly the same
+    /// scope (and namespace). More than zero means the call was probably made with other
+    /// arguments (a mistyped or missing one), not never.
     pub same_scope: usize,
+    /// When there is no record: how many live records the same tool has (in the same
+    /// namespace) in scopes narrower than the call's, those that begin with its parts and
+    /// have more (`conversation=c-9` under the global scope; `tenant=acme/conversation=c-1`
+    /// under `tenant=acme`). More than zero means the call's scope may be missing parts.
+    /// `same_scope` and `nested_scope` together count at most 1000 records.
+    pub nested_scope: usize,
 }
 
 impl Engine {
+    /// Counts the live records waiting for a person's decision (outcome unknown, U2, I7),
+    /// by tool, and with the feature `metrics` sets the gauge
+    /// [`idem.records.awaiting_decision`](crate::telemetry::AWAITING_DECISION) per tool.
+    /// One [`Store::stats`](crate::Store::stats) call (its cost is the backend's, I5): run
+    /// it on a schedule (every minute, say) from one process, not per call.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the store fails or cannot count
+    /// ([`StoreErrorKind::Unsupported`](crate::StoreErrorKind::Unsupported)).
+    pub async fn record_awaiting_decision(&self) -> Result<crate::store::StoreStats, StoreError> {
+        let stats = self.store().stats(self.clock().now()).await?;
+        crate::telemetry::awaiting_decision(&stats);
+        Ok(stats)
+    }
+
+    /// The history of `key`'s live record (U7): its transitions, oldest first, at most
+    /// [`HISTORY_LIMIT`](crate::store::HISTORY_LIMIT) of them; `None` without a live
+    /// record. One round trip.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the store fails, or does not keep histories
+    /// ([`StoreErrorKind::Unsupported`](crate::StoreErrorKind::Unsupported)).
+    pub async fn history(
+        &self,
+        key: &IdempotencyKey,
+    ) -> Result<Option<crate::store::History>, StoreError> {
+        self.store().history(key, self.clock().now()).await
+    }
+
     /// The key a call of `call.tool` in `call.scope` with `call.args` derives through this
     /// engine (its namespace included), without running anything or touching the store
     /// (I1). It equals the key the call itself derives (K1).
@@ -122,9 +157,11 @@ impl Engine {
     }
 
     /// The key and live record of a call (I1, I2); with no record, how many live records
-    /// the tool has in the same scope, so that "never happened" and "other arguments" are
-    /// told apart. The count is one [`Store::list`](crate::Store::list) page of at most
-    /// 1000: a store that cannot list reports its `Unsupported` error.
+    /// the tool has in exactly the same scope and how many in narrower scopes, so that
+    /// "never happened", "other arguments" and "a scope part missing" are told apart. The
+    /// counts come from one [`Store::list`](crate::Store::list) page of at most 1000
+    /// records whose scope begins with the call's: a store that cannot list reports its
+    /// `Unsupported` error.
     ///
     /// # Errors
     /// As [`key_of`](Self::key_of), and the store's errors.
@@ -132,23 +169,37 @@ impl Engine {
         let key = self.key_of(call)?;
         let now = self.clock().now();
         let record = self.store().read(&key, now).await?;
-        let same_scope = match record {
-            Some(_) => 0,
-            None => {
-                let query = ListQuery {
-                    tool: Some(call.tool.clone()),
-                    namespace: self.namespace().map(str::to_owned),
-                    scope: call.scope.clone(),
-                    limit: crate::store::LIST_LIMIT_MAX,
-                    ..ListQuery::default()
+        let (mut same_scope, mut nested_scope) = (0, 0);
+        if record.is_none() {
+            let query = ListQuery {
+                tool: Some(call.tool.clone()),
+                namespace: self.namespace().map(str::to_owned),
+                scope: call.scope.clone(),
+                limit: crate::store::LIST_LIMIT_MAX,
+                ..ListQuery::default()
+            };
+            // The listing matches scopes that begin with the call's (I3), in any namespace
+            // when the engine has none: only this namespace's records count, those of exactly
+            // this scope apart from the narrower ones.
+            for listed in self.store().list(&query, now).await?.records {
+                let Some(label) = listed.record.label else {
+                    continue;
                 };
-                self.store().list(&query, now).await?.records.len()
+                if label.namespace.as_deref() != self.namespace() {
+                    continue;
+                }
+                if label.scope == call.scope {
+                    same_scope += 1;
+                } else {
+                    nested_scope += 1;
+                }
             }
-        };
+        }
         Ok(Lookup {
             key,
             record,
             same_scope,
+            nested_scope,
         })
     }
 }

@@ -45,6 +45,7 @@ pub mod label;
 pub mod macro_support;
 pub mod outcome;
 pub mod reconcile;
+pub mod resolve;
 pub mod scope;
 pub mod settings;
 pub mod spec;
@@ -66,11 +67,11 @@ pub use envelope::Envelope;
 pub use error::Error;
 pub use key::{Fingerprint, IdempotencyKey, KEY_FORMAT_VERSION};
 pub use label::{RecordLabel, ScopePart, ScopePath};
-pub use outcome::{CallRecord, CallStatus, IdempotentError, ToolError, ToolOutput};
+pub use outcome::{CallRecord, CallStatus, IdempotentError, OutcomeSource, ToolError, ToolOutput};
 pub use reconcile::{ReconcileVerdict, Reconciled};
 pub use scope::Scope;
 pub use settings::{EngineConfigError, Setting, ToolSettings};
-pub use spec::{OnCancel, ToolSpec};
+pub use spec::{OnCancel, OnUnknown, ToolSpec};
 #[cfg(feature = "memory")]
 pub use store::MemoryStore;
 #[cfg(feature = "postgres")]

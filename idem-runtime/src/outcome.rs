@@ -6,10 +6,12 @@ use serde::{Deserialize, Serialize};
 use crate::clock::Timestamp;
 use crate::error::Error;
 use crate::key::IdempotencyKey;
+pub use crate::store::OutcomeSource;
 
 /// Whether the body ran for this call or a saved outcome was replayed (S12).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum CallStatus {
     /// This call claimed the key and ran the body.
     Executed,
@@ -48,6 +50,10 @@ pub struct CallRecord {
     pub takeover: bool,
     /// The fencing token of the execution that produced (or is producing) the outcome (F1).
     pub fence: u64,
+    /// Where the outcome came from: the body, a reconcile function, or a person's decision
+    /// (U6); for a replay, the saved outcome's source.
+    #[serde(default)]
+    pub source: OutcomeSource,
 }
 
 /// The error type of an `#[idempotent]` tool: saved and replayed like a value (S4),

@@ -29,6 +29,10 @@ pub struct ToolSpec {
     /// What a body that began and then was cancelled (its future dropped) or panicked leaves
     /// behind (U4). Default [`OnCancel::Hold`].
     pub on_cancel: OnCancel,
+    /// What happens to an unknown outcome that no reconcile function settles (U2, U2a):
+    /// held until a person decides (default, [`OnUnknown::Hold`]), or run again once its
+    /// lease lapsed ([`OnUnknown::Rerun`]).
+    pub on_unknown: OnUnknown,
     /// Whether the tool declares a reconcile function (`#[idempotent(reconcile = f)]`, U3):
     /// then a call that finds the key's outcome unknown takes it over at once and asks the
     /// reconcile function before running the body. Set by the attribute; default `false`.
@@ -52,7 +56,8 @@ impl ToolSpec {
     pub const DEFAULT_WAIT: Duration = Duration::from_secs(5);
 
     /// A spec with the defaults: conversation scope, 24 h TTL, 60 s lease, 5 s wait, a
-    /// heartbeat of a third of the lease, cancellation holds the key, no reconcile function.
+    /// heartbeat of a third of the lease, cancellation leaves the outcome unknown, unknown
+    /// outcomes are held for a person's decision, no reconcile function.
     pub const fn new(name: &'static str) -> Self {
         ToolSpec {
             name,
@@ -62,6 +67,7 @@ impl ToolSpec {
             wait: Self::DEFAULT_WAIT,
             heartbeat: None,
             on_cancel: OnCancel::Hold,
+            on_unknown: OnUnknown::Hold,
             reconcile: false,
             store: None,
             audit: false,
@@ -90,15 +96,37 @@ impl ToolSpec {
 /// before it began (while its call still waited for the claim) always releases.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OnCancel {
-    /// At most once (the default): the key is marked outcome unknown. A tool with a
-    /// reconcile function reconciles on the next call; any other tool's calls get
-    /// [`Error::OutcomeUnknown`](crate::Error::OutcomeUnknown) until the claim's lease
-    /// lapses, and then run the body again with the same key.
+    /// The key is marked outcome unknown (the default): a tool with a reconcile function
+    /// reconciles on the next call; what other tools' calls get is [`OnUnknown`]'s choice.
     #[default]
     Hold,
     /// At least once (`#[idempotent(on_cancel = "release")]`): the claim is released at
     /// once and the next call runs the body again with the same key, as after a retryable
     /// error. For effects that are harmless to repeat or that the downstream API
-    /// deduplicates by the forwarded key.
+    /// deduplicates by the forwarded key. A run that took over an unknown outcome is never
+    /// released (U1): it leaves the key unknown; a run that claimed a key decided not
+    /// applied leaves it not applied (U6).
     Release,
+}
+
+/// What happens to an unknown outcome (U1) that no reconcile function settles (U2, U2a).
+///
+/// `on_cancel` decides whether a cancelled body leaves an unknown outcome at all; this
+/// decides what the next calls do about one (the matrix is CONTRACT U2b). Crashes (a lapsed
+/// lease) and outcome-unknown errors are unknown outcomes under either `on_cancel`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnUnknown {
+    /// Held until a person decides (the default, U2): every call of the key gets
+    /// [`Error::OutcomeUnknown`](crate::Error::OutcomeUnknown) with `held: true`, however
+    /// long ago the lease lapsed, until `idem resolve` (or
+    /// [`Engine::resolve`](crate::Engine::resolve)) records whether the effect happened,
+    /// or the record is purged.
+    #[default]
+    Hold,
+    /// At least once (`#[idempotent(on_unknown = "rerun")]`, U2a): calls get
+    /// `OutcomeUnknown` until the claim's lease lapses, and then the next call takes over
+    /// and runs the body again with the same key and a larger fence. For effects that are
+    /// harmless to repeat or deduplicated downstream by the forwarded key (K10) or fence
+    /// (F2).
+    Rerun,
 }

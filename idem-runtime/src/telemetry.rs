@@ -22,7 +22,8 @@
 //! | event | `reconciled` | DEBUG | `verdict` (`done`, `not_done`, `unknown`); `recorded` (bool, `done` only) | a reconcile function answered (U3); `done` ends the call with status `reconciled` once its outcome is written |
 //! | event | `mismatch` | DEBUG | — | the key was first used with other fingerprint arguments (S9); status `mismatch` |
 //! | event | `in_progress` | DEBUG | `waited_ms` (ms, engine clock); `retry_after_ms` (ms) | another call held the key past the wait bound (S5); status `in_progress` |
-//! | event | `outcome_unknown` | WARN | `cause` (`held`: another run's unknown outcome, its lease still live; `error`: the body's error said so, or a run that took over ended with an error that would release; `reconcile`: the reconcile function could not tell; `dropped`: the call was dropped or panicked after its body began, or before it began after a takeover); `retry_after_ms` (ms, `held` only) | status `outcome_unknown` (U1, U2, U4) |
+//! | event | `outcome_unknown` | WARN | `cause` (`held`: another run's unknown outcome, its lease still live; `error`: the body's error said so, or a run that took over ended with an error that would release; `reconcile`: the reconcile function could not tell; `dropped`: the call was dropped or panicked after its body began, or before it began after a takeover); `retry_after_ms` (ms, `held` only, and only under `on_unknown = "rerun"`); `awaiting_decision` (bool, `held` only: nothing runs the body until a person decides, U2) | status `outcome_unknown` (U1, U2, U4) |
+//! | event | `lease_lapsed` | WARN | `fence` (the crashed run's) | this call found a claim whose lease lapsed and marked its outcome unknown, held for a person's decision (U1, U2); an `outcome_unknown` event follows |
 //! | event | `missing_scope` | DEBUG | `scope` (the scope with no value) | no scope value in force (K7), before any key exists; status `missing_scope` |
 //! | event | `released` | DEBUG | `cause` (`error`: the body's error said the effect did not happen, or was a layer error; `dropped`: the call was dropped or panicked before its body began, or after with `on_cancel = "release"`) | the claim was given back (S4, U4); status `released` |
 //! | event | `taken_over` | WARN | `previous_fence`; `cause` (`lease_lapsed`, `gave_up`); `reconcile` (bool: a reconcile function is asked next) | this call took over a claim whose outcome is unknown (S6, U2) |
@@ -76,8 +77,15 @@ pub const CALL_DURATION: &str = "idem.call.duration";
 /// Histogram of store operation durations in seconds (wall clock), labelled `operation`,
 /// `backend` and `outcome`.
 pub const STORE_OPERATION_DURATION: &str = "idem.store.operation.duration";
+/// Gauge of live records waiting for a person's decision (outcome unknown, U2), labelled
+/// `tool`; set by [`Engine::record_awaiting_decision`](crate::Engine::record_awaiting_decision).
+pub const AWAITING_DECISION: &str = "idem.records.awaiting_decision";
+/// Histogram of the time from an unknown outcome to its decision in seconds (the record's
+/// unknown-since to the decision, by the decider's clock), labelled `tool` and `decision`
+/// (`applied`, `error`, `not_applied`); recorded by every decision (U6).
+pub const DECISION_DELAY: &str = "idem.decision.delay";
 
-/// Describes idem's three metrics (unit and text) to the `metrics` recorder in force. Done
+/// Describes idem's five metrics (unit and text) to the `metrics` recorder in force. Done
 /// once by itself at the first call of the process; call this again after installing a
 /// recorder later than that.
 #[cfg(feature = "metrics")]
@@ -102,6 +110,38 @@ pub fn describe_metrics() {
          (claim, take_over, renew, mark_unknown, complete, release, read), backend and \
          outcome (ok, error)."
     );
+    metrics::describe_gauge!(
+        AWAITING_DECISION,
+        metrics::Unit::Count,
+        "Live idempotency records whose outcome is unknown and waits for a person's decision, \
+         by tool, as last counted by Engine::record_awaiting_decision."
+    );
+    metrics::describe_histogram!(
+        DECISION_DELAY,
+        metrics::Unit::Seconds,
+        "Time in seconds from an unknown outcome to a person's decision about it, by tool and \
+         decision (applied, error, not_applied)."
+    );
+}
+
+/// Sets [`AWAITING_DECISION`] per tool from `stats` (feature `metrics`; nothing without it).
+pub(crate) fn awaiting_decision(stats: &crate::store::StoreStats) {
+    #[cfg(feature = "metrics")]
+    for (tool, counts) in &stats.by_tool {
+        metrics::gauge!(AWAITING_DECISION, "tool" => tool.clone())
+            .set(counts.outcome_unknown as f64);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = stats;
+}
+
+/// Records a decision's delay in [`DECISION_DELAY`] (feature `metrics`; nothing without it).
+pub(crate) fn decision_delay(tool: &str, decision: &'static str, delay: std::time::Duration) {
+    #[cfg(feature = "metrics")]
+    metrics::histogram!(DECISION_DELAY, "tool" => tool.to_owned(), "decision" => decision)
+        .record(delay.as_secs_f64());
+    #[cfg(not(feature = "metrics"))]
+    let _ = (tool, decision, delay);
 }
 
 /// A store operation, as named in the `store` event and the `operation` label.
@@ -181,6 +221,16 @@ pub(crate) enum UnknownBecause {
 }
 
 impl UnknownBecause {
+    /// The cause the record's history names (U7).
+    pub(crate) fn reason(self) -> crate::store::UnknownReason {
+        use crate::store::UnknownReason;
+        match self {
+            UnknownBecause::Error => UnknownReason::Error,
+            UnknownBecause::Reconcile => UnknownReason::ReconcileUnknown,
+            UnknownBecause::Dropped => UnknownReason::Cancelled,
+        }
+    }
+
     fn as_str(self) -> &'static str {
         match self {
             UnknownBecause::Error => "error",
@@ -311,6 +361,12 @@ impl CallTrace {
         call_event!(self, Level::WARN, "outcome_unknown", cause = cause.as_str());
     }
 
+    /// This call found a claim whose lease lapsed (its owner crashed) and marked its
+    /// outcome unknown, to be held for a person's decision (U2).
+    pub(crate) fn lapse_marked(&self, fence: u64) {
+        call_event!(self, Level::WARN, "lease_lapsed", fence);
+    }
+
     /// The claim was given back.
     pub(crate) fn released(&self, cause: ReleasedBecause) {
         self.end(Status::Released);
@@ -392,14 +448,19 @@ impl CallTrace {
                 self.end(Status::InProgress);
                 call_event!(self, Level::DEBUG, "in_progress", waited_ms, retry_after_ms);
             }
-            Error::OutcomeUnknown { retry_after_ms, .. } => {
+            Error::OutcomeUnknown {
+                retry_after_ms,
+                held,
+                ..
+            } => {
                 self.end(Status::OutcomeUnknown);
                 call_event!(
                     self,
                     Level::WARN,
                     "outcome_unknown",
                     cause = "held",
-                    retry_after_ms
+                    retry_after_ms,
+                    awaiting_decision = *held
                 );
             }
             Error::Canonical { source, .. } => {

@@ -1,4 +1,4 @@
-//! Crash points (issue 3, item 8; contract S2, S3, S6, S7, S10): a child process calls the
+//! Crash points (issue 3, item 8; contract S2, S3, S6, S7, S10, U2a): a child process calls the
 //! tool once and kills itself with SIGKILL at a named point, so no destructor, no claim
 //! guard and no release runs:
 //! - `after_claim`: the claim landed; the body dies before its effect;
@@ -14,7 +14,7 @@
 //!   run the body; the record is still the crashed owner's claim (S6, S10);
 //! - then 4 processes at `T0 + lease`, released together, each making 4 concurrent calls:
 //!   exactly one of the 16 calls takes over and runs the body (one more effect, with the same
-//!   key); the 15 others replay its outcome within their call (their clocks do not move, so
+//!   key; the tool re-runs unknown outcomes, `on_unknown = "rerun"`, U2a); the 15 others replay its outcome within their call (their clocks do not move, so
 //!   their wait never runs out: they wait for the new owner and replay, S5). For
 //!   `after_effect` that makes exactly 2 effects in all, the second only after the lease
 //!   lapsed.
@@ -224,7 +224,7 @@ fn crash_before_the_record(fresh: Fresh, point: CrashPoint) {
                     executed.push(job.name.clone());
                 }
                 CallStatus::Replayed => assert!(!record.takeover),
-                CallStatus::Reconciled => panic!("no reconcile function: {record:?}"),
+                _ => panic!("no reconcile function: {record:?}"),
             }
             outcomes.insert(out);
         }

@@ -1,4 +1,4 @@
-//! Lease renewal across real processes on the wall clock (issue 7; contract L1, F1, U2):
+//! Lease renewal across real processes on the wall clock (issue 7; contract L1, F1, U2a):
 //! every process here runs on [`SystemClock`](idem_runtime::SystemClock), so leases lapse
 //! and heartbeats renew them in real time, and the dead owners die of a real SIGKILL (no
 //! destructor, no guard, no release runs).
@@ -8,10 +8,11 @@
 //!   their calls gets `InProgress` until the outcome is saved, then a replay of it; one
 //!   effect in all.
 //! - An owner killed by SIGKILL mid-body, after its lease was renewed at least once, is taken
-//!   over by a process polling with a zero wait every tenth of a lease: not before the
-//!   deadline of the last renewal the store holds, and within lease + heartbeat (+ a
-//!   scheduling slack) of the kill; the body that takes over sees a takeover of a run whose
-//!   lease lapsed, with a fence one larger.
+//!   over (the tool re-runs unknown outcomes, `on_unknown = "rerun"`) by a process polling
+//!   with a zero wait every tenth of a lease: not before the deadline of the last renewal
+//!   the store holds, and within lease + heartbeat (+ a scheduling slack) of the kill; the
+//!   body that takes over sees a takeover of a run whose lease lapsed, with a fence one
+//!   larger.
 //! - Two SIGKILLs in a row (the first taker is killed mid-body too): the fence goes 1, 2, 3
 //!   across claim → takeover → takeover, and the last outcome replays with fence 3.
 //!

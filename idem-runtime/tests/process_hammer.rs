@@ -112,7 +112,7 @@ fn hammer(fresh: Fresh, processes: usize, tasks: usize, barrier: Barrier) {
                     .or_default()
                     .push(job.name.clone()),
                 CallStatus::Replayed => {}
-                CallStatus::Reconciled => panic!("no reconcile function: {record:?}"),
+                _ => panic!("no reconcile function: {record:?}"),
             }
             outcomes.entry(line.order).or_default().insert(out);
         }

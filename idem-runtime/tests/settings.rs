@@ -14,7 +14,7 @@ use idem_runtime::{
     prepare, CallContext, CallStatus, ClaimedCall, Engine, EngineConfigError, Error, Setting,
     ToolError, ToolSettings, ToolSpec,
 };
-use support::{key_of, refund, spec, Harness};
+use support::{key_of, refund, rerun, spec, Harness};
 
 /// An engine over the harness's store and clock, with `settings` for `tool`.
 fn engine_with(h: &Harness, tool: &str, settings: ToolSettings) -> Engine {
@@ -85,13 +85,13 @@ async fn hold_claim(tool: &'static ToolSpec, ctx: &CallContext) -> ClaimedCall {
     }
 }
 
-// pins E1, S6: a lease override changes when a stalled owner is taken over: at the
-// overridden lease, not the attribute's
+// pins E1, S6, U2a: a lease override changes when a stalled owner is taken over (under
+// `on_unknown = "rerun"`): at the overridden lease, not the attribute's
 #[tokio::test]
 async fn lease_override_changes_when_a_takeover_happens() {
     let h = Harness::new();
     // wait 0: a duplicate answers at once instead of waiting on the manual clock.
-    let tool = spec("send_refund", 86_400_000, 60_000, 0);
+    let tool = rerun(spec("send_refund", 86_400_000, 60_000, 0));
     let engine = engine_with(
         &h,
         "send_refund",

@@ -19,7 +19,7 @@ use idem_runtime::testkit::ManualClock;
 use idem_runtime::{
     prepare, CallContext, Engine, Error, MemoryStore, Reconciled, Scope, ToolError, ToolSpec,
 };
-use support::{FaultyStore, Harness};
+use support::{rerun, FaultyStore, Harness};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Level, Subscriber};
@@ -580,12 +580,13 @@ async fn a_duplicate_past_the_wait_bound_emits_in_progress_with_waited_ms() {
     assert_eq!(owner.await.unwrap(), Ok(1));
 }
 
-// pins V2: outcome_unknown (WARN) with its cause: the body's error, a held unknown outcome,
-// a call dropped after its body began; then a takeover emits taken_over
+// pins V2, U2a: outcome_unknown (WARN) with its cause: the body's error, a held unknown
+// outcome, a call dropped after its body began; then (`on_unknown = "rerun"`) a takeover
+// emits taken_over
 #[tokio::test]
 async fn unknown_outcomes_emit_outcome_unknown_and_a_takeover_taken_over() {
     let h = Harness::new();
-    let tool = spec("v2_unknown", 60_000, 5_000);
+    let tool = rerun(spec("v2_unknown", 60_000, 5_000));
     let ctx = h.ctx("conv_unknown");
     let outcome = call(tool, &ctx, 1, 1)
         .run(async { Err::<u64, _>(ToolError::outcome_unknown("bank timed out")) })
@@ -790,12 +791,13 @@ fn a_sync_renewal_emits_renewed_in_the_calls_span() {
     assert_eq!(field(&span.fields, "status"), Some("executed"));
 }
 
-// pins V2: an owner that stalled past its lease and was taken over finds its claim lost at
-// its next renewal (lease_lost, WARN) and at its finishing write
+// pins V2, U2a: an owner that stalled past its lease and was taken over (`on_unknown =
+// "rerun"`) finds its claim lost at its next renewal (lease_lost, WARN) and at its finishing
+// write
 #[tokio::test]
 async fn a_taken_over_owner_emits_lease_lost() {
     let h = Harness::new();
-    let tool = spec("v2_lease_lost", 3_000, 5_000);
+    let tool = rerun(spec("v2_lease_lost", 3_000, 5_000));
     let ctx = h.ctx("conv_lost");
     let (finish, finished) = tokio::sync::oneshot::channel::<()>();
     let stalled = tokio::spawn(call(tool, &ctx, 1, 1).run(async move {

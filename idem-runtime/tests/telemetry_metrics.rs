@@ -1,6 +1,7 @@
-//! Metrics of the call protocol (contract V3, feature `metrics`): the counter `idem.calls`
-//! and the histograms `idem.call.duration` and `idem.store.operation.duration`, with their
-//! labels, units and descriptions, read back from `metrics-util`'s `DebuggingRecorder`.
+//! Metrics of the call protocol (contract V3, feature `metrics`): the counter `idem.calls`,
+//! the histograms `idem.call.duration`, `idem.store.operation.duration` and
+//! `idem.decision.delay`, and the gauge `idem.records.awaiting_decision`, with their labels,
+//! units and descriptions, read back from `metrics-util`'s `DebuggingRecorder`.
 //!
 //! One test: the recorder is process-wide and a snapshot resets the counters it reads.
 
@@ -10,7 +11,10 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use idem_runtime::telemetry::{CALLS, CALL_DURATION, STORE_OPERATION_DURATION};
+use idem_runtime::resolve::{Decision, Resolution};
+use idem_runtime::telemetry::{
+    AWAITING_DECISION, CALLS, CALL_DURATION, DECISION_DELAY, STORE_OPERATION_DURATION,
+};
 use idem_runtime::testkit::ManualClock;
 use idem_runtime::{CallContext, Engine, Error, ToolError, ToolSpec};
 use metrics::Unit;
@@ -28,7 +32,7 @@ fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .collect()
 }
 
-// pins V3
+// pins V3, U6
 #[tokio::test]
 async fn calls_and_store_operations_are_counted_and_timed() {
     let recorder = DebuggingRecorder::new();
@@ -50,6 +54,20 @@ async fn calls_and_store_operations_are_counted_and_timed() {
         .with_conversation("conv_metrics");
     let outcome = refund(spec, &failing, &h.log, 3).await;
     assert!(matches!(outcome, Err(ToolError::Idem(Error::Store { .. }))));
+
+    // A crashed claim of another tool waits for a decision: counted by the gauge; decided
+    // 90 s after its claim (60 s lease + 30 s), which the delay histogram records.
+    let held: &'static ToolSpec = Box::leak(Box::new(ToolSpec::new("v3_held")));
+    let prepared =
+        idem_runtime::prepare(held, Some(&ctx), |a| a.key("order", &9u64).map(drop)).unwrap();
+    let key = prepared.key().clone();
+    std::mem::forget(prepared.claim::<u64, ToolError>().await.ok().unwrap());
+    h.clock.advance(std::time::Duration::from_secs(60));
+    let stats = h.engine.record_awaiting_decision().await.unwrap();
+    assert_eq!(stats.by_tool["v3_held"].outcome_unknown, 1);
+    h.clock.advance(std::time::Duration::from_secs(30));
+    let decision = Resolution::new(Decision::not_applied(), "ana").unwrap();
+    h.engine.resolve(&key, &decision).await.unwrap();
 
     let snapshot: BTreeMap<Series, (Option<Unit>, Option<String>, DebugValue)> = snapshotter
         .snapshot()
@@ -120,7 +138,7 @@ async fn calls_and_store_operations_are_counted_and_timed() {
     assert!(description
         .as_deref()
         .is_some_and(|d| d.contains("seconds")));
-    assert_eq!(samples(value).len(), 3, "three claims on the memory store");
+    assert_eq!(samples(value).len(), 4, "four claims on the memory store");
     let completes = [
         ("operation", "complete"),
         ("backend", "memory"),
@@ -139,4 +157,15 @@ async fn calls_and_store_operations_are_counted_and_timed() {
         samples(&get(MetricKind::Histogram, STORE_OPERATION_DURATION, &failed).2).len(),
         1
     );
+
+    // idem.records.awaiting_decision: by tool, as last counted.
+    let (unit, _, value) = get(MetricKind::Gauge, AWAITING_DECISION, &[("tool", "v3_held")]);
+    assert_eq!(unit, &Some(Unit::Count));
+    assert_eq!(value, &DebugValue::Gauge(1.0.into()));
+    // idem.decision.delay: seconds from the unknown outcome (the claim of the crashed run)
+    // to the decision, by the engine's clock.
+    let decided = [("tool", "v3_held"), ("decision", "not_applied")];
+    let (unit, _, value) = get(MetricKind::Histogram, DECISION_DELAY, &decided);
+    assert_eq!(unit, &Some(Unit::Seconds));
+    assert_eq!(samples(value), [90.0]);
 }

@@ -1,6 +1,7 @@
 //! Unknown outcomes through the attribute, as a user writes them: `reconcile = …`,
-//! `on_cancel = …`, `heartbeat = …`, the attempt info, and what a dispatched call tells the
-//! model (contract U1–U4, L1, F1, D3). Memory store, manual clock.
+//! `on_cancel = …`, `on_unknown = …`, `heartbeat = …`, the attempt info, and what a
+//! dispatched call tells the model (contract U1–U4, U2a, L1, F1, D3). Memory store, manual
+//! clock.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -64,7 +65,7 @@ async fn the_reconcile_function_is_asked_once_and_its_answer_replayed() {
 
 static SENT: AtomicUsize = AtomicUsize::new(0);
 
-#[idempotent(lease = "10s", heartbeat = "2s")]
+#[idempotent(lease = "10s", heartbeat = "2s", on_unknown = "rerun")]
 async fn send_mail(to: &str) -> Result<u32, ToolError> {
     let _ = to;
     SENT.fetch_add(1, Ordering::SeqCst);
@@ -72,9 +73,10 @@ async fn send_mail(to: &str) -> Result<u32, ToolError> {
     Ok(1)
 }
 
-// pins U2, U4: a timeout around the call that fires after the effect holds the key: the retry
-// gets OutcomeUnknown (since, retry-after) and sends nothing until the lease lapses; then the
-// next call runs again (at least once from there), knowing it is a takeover
+// pins U2a, U4: a timeout around the call that fires after the effect holds the key: with
+// `on_unknown = "rerun"` the retry gets OutcomeUnknown (since, retry-after) and sends nothing
+// until the lease lapses; then the next call runs again (at least once from there), knowing
+// it is a takeover
 #[tokio::test]
 async fn a_timeout_after_the_effect_holds_the_key_until_the_lease_lapses() {
     let (ctx, clock) = context("conv_mail");
@@ -151,7 +153,7 @@ fn a_sync_tool_reconciles_with_an_async_function() {
 
 static BOOKINGS: AtomicUsize = AtomicUsize::new(0);
 
-#[idempotent(lease = "30s")]
+#[idempotent(lease = "30s", on_unknown = "rerun")]
 async fn book(room: u32) -> Result<u32, ToolError> {
     BOOKINGS.fetch_add(1, Ordering::SeqCst);
     Err(ToolError::outcome_unknown(format!(
@@ -162,8 +164,9 @@ async fn book(room: u32) -> Result<u32, ToolError> {
 const BOOK: &str = r#"{"role":"assistant","content":null,"tool_calls":[
   {"id":"call_1","type":"function","function":{"name":"book","arguments":"{\"room\":7}"}}]}"#;
 
-// pins D3, U2: a dispatched call whose outcome is unknown is not retried; the model is told
-// `outcome_unknown`, and a later turn's call gets OutcomeUnknown with a retry-after hint
+// pins D3, U2a: a dispatched call whose outcome is unknown is not retried; the model is told
+// `outcome_unknown`, and (with `on_unknown = "rerun"`) a later turn's call gets
+// OutcomeUnknown with a retry-after hint
 #[tokio::test]
 async fn the_model_is_told_the_outcome_is_unknown() {
     let clock = ManualClock::new();

@@ -1,4 +1,5 @@
-//! `idem ls`: live records, newest first, one page (I3).
+//! `idem ls`: live records, newest first (or oldest first: the queue of records waiting
+//! for a decision), one page (I3, I7).
 
 use idem_runtime::store::{ListCursor, StateFilter};
 use idem_runtime::Engine;
@@ -7,7 +8,9 @@ use serde_json::json;
 use super::{list_query, Report};
 use crate::cli::LsArgs;
 use crate::exit::CliError;
-use crate::output::{json_line, record_json, scope_text, state_words, table, tool_of, when};
+use crate::output::{
+    effective_state_text, json_line, record_json, scope_text, table, tool_of, when,
+};
 
 /// Hex digits of a key the table shows without `--wide`.
 const KEY_PREFIX: usize = 16;
@@ -16,6 +19,9 @@ pub(super) async fn run(engine: &Engine, args: &LsArgs) -> Result<Report, CliErr
     let now = engine.clock().now();
     let mut query = list_query(engine, &args.filters, now)?;
     query.limit = usize::from(args.limit);
+    // Records waiting for a decision are a queue: oldest first unless told otherwise.
+    query.oldest_first = args.oldest_first
+        || (!args.newest_first && query.state == Some(StateFilter::OutcomeUnknown));
     query.after = args
         .cursor
         .as_deref()
@@ -29,7 +35,7 @@ pub(super) async fn run(engine: &Engine, args: &LsArgs) -> Result<Report, CliErr
         for found in &page.records {
             report
                 .stdout
-                .push_str(&json_line(&record_json(&found.key, &found.record)));
+                .push_str(&json_line(&record_json(&found.key, &found.record, now)));
         }
         if let Some(next) = &page.next {
             report.stderr = json!({ "next_cursor": next.to_string() }).to_string() + "\n";
@@ -76,7 +82,7 @@ pub(super) async fn run(engine: &Engine, args: &LsArgs) -> Result<Report, CliErr
                 } else {
                     scope
                 },
-                state_words(StateFilter::of(&record.state)).to_owned(),
+                effective_state_text(record, now),
                 record.fence.to_string(),
                 when(record.created_at, now),
                 when(record.expires_at, now),

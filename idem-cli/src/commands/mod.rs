@@ -3,6 +3,7 @@
 mod key;
 mod ls;
 mod purge;
+mod resolve;
 mod show;
 mod stats;
 
@@ -78,6 +79,7 @@ async fn execute(engine: &Engine, command: &Command) -> Result<Report, CliError>
         Command::Ls(args) => ls::run(engine, args).await,
         Command::Purge(args) => purge::run(engine, args).await,
         Command::Stats(args) => stats::run(engine, args).await,
+        Command::Resolve(args) => resolve::run(engine, args).await,
     }
 }
 

@@ -1,13 +1,15 @@
 //! `idem purge`: delete one record by key, or every record filters match (I4).
 
-use idem_runtime::store::{PurgeOutcome, Record, RecordState, StateFilter};
-use idem_runtime::{Engine, IdempotencyKey};
+use idem_runtime::store::{PurgeOutcome, Record, RecordState};
+use idem_runtime::{Engine, IdempotencyKey, Timestamp};
 use serde::Serialize;
 
 use super::{list_query, parse_key, Report};
 use crate::cli::PurgeArgs;
 use crate::exit::{CliError, Exit};
-use crate::output::{json_line, record_json, records, state_words, tool_of, when, RecordJson};
+use crate::output::{
+    effective_state_text, json_line, record_json, records, tool_of, when, RecordJson,
+};
 
 /// `purge KEY --json`: `{"key", "result", "record"}`.
 #[derive(Serialize)]
@@ -41,27 +43,36 @@ async fn by_key(
         report.stdout = json_line(&PurgedJson {
             key: key.as_str(),
             result,
-            record: record.map(|r| record_json(key, r)),
+            record: record.map(|r| record_json(key, r, now)),
         });
     }
     match outcome {
         PurgeOutcome::Deleted(record) => {
             if !args.json {
-                report.stdout = format!("deleted {key} ({})\n", describe(&record));
+                report.stdout = format!("deleted {key} ({})\n", describe(&record, now));
             }
             Ok(report)
         }
         PurgeOutcome::Kept(record) => {
-            let lease = match &record.state {
+            let (lease, why) = match &record.state {
+                RecordState::InProgress { lease_until, .. } if *lease_until > now => (
+                    format!(", lease until {}", when(*lease_until, now)),
+                    "its call may still be running",
+                ),
                 RecordState::InProgress { lease_until, .. }
-                | RecordState::OutcomeUnknown { lease_until, .. } => {
-                    format!(", lease until {}", when(*lease_until, now))
-                }
-                RecordState::Completed { .. } => String::new(),
+                | RecordState::OutcomeUnknown { lease_until, .. } => (
+                    format!(", lease until {}", when(*lease_until, now)),
+                    "its call may have had its effect (decide it with `idem resolve`)",
+                ),
+                RecordState::NotApplied { .. } => (
+                    String::new(),
+                    "it was decided not applied and waits for its next call",
+                ),
+                _ => (String::new(), "it is not completed"),
             };
             report.stderr = format!(
-                "idem: kept {key} ({}{lease}): its call may still be running; pass --force to delete it\n",
-                describe(&record)
+                "idem: kept {key} ({}{lease}): {why}; pass --force to delete it\n",
+                describe(&record, now)
             );
             report.exit = Some(Exit::NotFound);
             Ok(report)
@@ -75,7 +86,7 @@ async fn by_key(
 }
 
 /// `send_refund, conversation=c-9, completed`.
-fn describe(record: &Record) -> String {
+fn describe(record: &Record, now: Timestamp) -> String {
     let scope = record
         .label
         .as_ref()
@@ -85,7 +96,7 @@ fn describe(record: &Record) -> String {
     format!(
         "{}, {scope}, {}",
         tool_of(record).unwrap_or("-"),
-        state_words(StateFilter::of(&record.state))
+        effective_state_text(record, now)
     )
 }
 
@@ -112,8 +123,9 @@ async fn by_filters(engine: &Engine, args: &PurgeArgs) -> Result<Report, CliErro
     }
     if counts.kept > 0 {
         report.stderr = format!(
-            "idem: kept {} in progress or with an unknown outcome: their calls may still be running; \
-             pass --force to delete them\n",
+            "idem: kept {} not completed (in progress, with an unknown outcome, or decided not \
+             applied): their calls may still be running, or may have had their effect; pass \
+             --force to delete them\n",
             records(counts.kept)
         );
     } else if counts.deleted == 0 {

@@ -18,13 +18,14 @@ struct StatsJson {
     by_tool: BTreeMap<String, CountsJson>,
 }
 
-/// `{"records", "completed", "in_progress", "outcome_unknown"}`.
+/// `{"records", "completed", "in_progress", "outcome_unknown", "not_applied"}`.
 #[derive(Serialize)]
 struct CountsJson {
     records: u64,
     completed: u64,
     in_progress: u64,
     outcome_unknown: u64,
+    not_applied: u64,
 }
 
 impl From<&StateCounts> for CountsJson {
@@ -34,6 +35,7 @@ impl From<&StateCounts> for CountsJson {
             completed: counts.completed,
             in_progress: counts.in_progress,
             outcome_unknown: counts.outcome_unknown,
+            not_applied: counts.not_applied,
         }
     }
 }
@@ -58,6 +60,7 @@ pub(super) async fn run(engine: &Engine, args: &StatsArgs) -> Result<Report, Cli
             c.completed.to_string(),
             c.in_progress.to_string(),
             c.outcome_unknown.to_string(),
+            c.not_applied.to_string(),
         ]
     };
     let mut rows: Vec<Vec<String>> = stats
@@ -80,6 +83,7 @@ pub(super) async fn run(engine: &Engine, args: &StatsArgs) -> Result<Report, Cli
             "COMPLETED",
             "IN PROGRESS",
             "OUTCOME UNKNOWN",
+            "NOT APPLIED",
         ],
         &rows,
     )))

@@ -350,16 +350,16 @@ fn stats_by_state_and_tool(backend: Backend) {
     assert_eq!(
         stats,
         json!({
-            "total": {"records": 3, "completed": 2, "in_progress": 1, "outcome_unknown": 0},
+            "total": {"records": 3, "completed": 2, "in_progress": 1, "outcome_unknown": 0, "not_applied": 0},
             "by_tool": {
-                "send_refund": {"records": 3, "completed": 2, "in_progress": 1, "outcome_unknown": 0},
+                "send_refund": {"records": 3, "completed": 2, "in_progress": 1, "outcome_unknown": 0, "not_applied": 0},
             },
         })
     );
     let table = backend.idem(&["stats"]).expect(0).stdout;
     assert!(table.starts_with("TOOL"), "{table}");
     assert!(
-        table.contains("send_refund  3        2          1            0"),
+        table.contains("send_refund  3        2          1            0                0"),
         "{table}"
     );
 }

@@ -3,12 +3,15 @@
 //! test-only features), and the records a tool's process writes there ([`Tool`]).
 
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use idem_runtime::store::{ClaimRequest, OwnerToken};
+use idem_runtime::testkit::ManualClock;
 use idem_runtime::{
-    prepare, CallContext, Engine, Fingerprint, IdempotencyKey, RecordLabel, ScopePath, ToolError,
-    ToolSpec,
+    prepare, CallContext, CallRecord, Clock, Engine, Fingerprint, IdempotencyKey, RecordLabel,
+    ScopePath, SystemClock, Timestamp, ToolError, ToolSpec,
 };
 use serde_json::{json, Value};
 
@@ -43,29 +46,45 @@ impl Run {
     }
 }
 
-/// Runs `idem ARGS` with neither `IDEM_STORE` nor `IDEM_NAMESPACE` in its environment.
+/// Runs `idem ARGS` with none of `IDEM_STORE`, `IDEM_NAMESPACE` and `IDEM_ACTOR` in its
+/// environment.
 pub fn idem(args: &[&str]) -> Run {
     idem_env(args, &[])
 }
 
-/// Runs `idem ARGS` with `env` (and neither `IDEM_STORE` nor `IDEM_NAMESPACE` otherwise).
+/// Runs `idem ARGS` with `env` (and none of `IDEM_STORE`, `IDEM_NAMESPACE` and
+/// `IDEM_ACTOR` otherwise).
 pub fn idem_env(args: &[&str], env: &[(&str, &str)]) -> Run {
     wait(spawn(args, env))
 }
 
-/// Starts `idem ARGS` with `env` (and neither `IDEM_STORE` nor `IDEM_NAMESPACE` otherwise).
+/// Runs `idem ARGS` without `USER` either, nor `IDEM_STORE`, `IDEM_NAMESPACE`,
+/// `IDEM_ACTOR`: no actor to be found.
+pub fn idem_without_user(args: &[&str]) -> Run {
+    let mut command = command(args, &[]);
+    command.env_remove("USER");
+    wait(command.spawn().expect("the idem binary runs"))
+}
+
+/// Starts `idem ARGS` with `env` (and none of `IDEM_STORE`, `IDEM_NAMESPACE` and
+/// `IDEM_ACTOR` otherwise).
 pub fn spawn(args: &[&str], env: &[(&str, &str)]) -> std::process::Child {
+    command(args, env).spawn().expect("the idem binary runs")
+}
+
+fn command(args: &[&str], env: &[(&str, &str)]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_idem"));
     command
         .args(args)
         .env_remove("IDEM_STORE")
         .env_remove("IDEM_NAMESPACE")
+        .env_remove("IDEM_ACTOR")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     for (name, value) in env {
         command.env(name, value);
     }
-    command.spawn().expect("the idem binary runs")
+    command
 }
 
 /// Waits for a run started by [`spawn`]; its output must be UTF-8.
@@ -87,29 +106,69 @@ pub struct Backend {
 impl Backend {
     /// `idem --store LOCATOR ARGS`.
     pub fn idem(&self, args: &[&str]) -> Run {
+        idem(&self.with_store(args))
+    }
+
+    /// `idem --store LOCATOR ARGS` with `env`.
+    pub fn idem_env(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        idem_env(&self.with_store(args), env)
+    }
+
+    /// `idem --store LOCATOR ARGS` with neither `IDEM_ACTOR` nor `USER`.
+    pub fn idem_without_user(&self, args: &[&str]) -> Run {
+        idem_without_user(&self.with_store(args))
+    }
+
+    fn with_store<'a>(&'a self, args: &[&'a str]) -> Vec<&'a str> {
         let mut all = vec!["--store", self.locator.as_str()];
         all.extend_from_slice(args);
-        idem(&all)
+        all
     }
 
     /// An engine over the store (in `namespace`, if any) and the runtime its connections
     /// live on.
     pub fn engine(&self, namespace: Option<&str>) -> Tool {
+        self.build(|builder| match namespace {
+            Some(ns) => builder.namespace(ns),
+            None => builder,
+        })
+    }
+
+    /// An engine over the store whose clock stands `ago` in the past (and stays there): what
+    /// it claims was claimed then, and its lease lapsed long ago unless `ago` is shorter
+    /// than the lease.
+    pub fn engine_at(&self, ago: Duration) -> Tool {
+        let then = SystemClock.now().as_millis() - ago.as_millis() as u64;
+        let clock = ManualClock::starting_at(Timestamp::from_millis(then));
+        self.build(|builder| builder.clock(clock))
+    }
+
+    fn build(
+        &self,
+        configure: impl FnOnce(idem_runtime::EngineBuilder) -> idem_runtime::EngineBuilder,
+    ) -> Tool {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
         let engine = runtime.block_on(async {
-            let builder = Engine::builder().store_locator(self.locator.clone());
-            match namespace {
-                Some(ns) => builder.namespace(ns),
-                None => builder,
-            }
-            .build()
-            .expect("the store opens")
+            configure(Engine::builder().store_locator(self.locator.clone()))
+                .build()
+                .expect("the store opens")
         });
         Tool { runtime, engine }
     }
+}
+
+/// What one call of `send_refund` through [`Tool::call`] did.
+#[derive(Debug)]
+pub struct Called {
+    /// What the call returned.
+    pub result: Result<Value, ToolError>,
+    /// Whether the body ran.
+    pub ran: bool,
+    /// The call's outcome (S12), when it reached one.
+    pub outcome: Option<CallRecord>,
 }
 
 /// An engine, as a tool's process has one.
@@ -136,6 +195,51 @@ impl Tool {
         );
         done.unwrap();
         // Distinct creation times, so that listing order is by time.
+        std::thread::sleep(Duration::from_millis(5));
+        key
+    }
+
+    /// Calls `send_refund(order_id, amount_cents = 500)` in `conversation` as the tool
+    /// would (its body answers `{"refund_id": "re_ORDER"}`), and says what happened.
+    pub fn call(&self, conversation: &str, order_id: u64) -> Called {
+        let ctx = CallContext::new()
+            .with_engine(self.engine.clone())
+            .with_conversation(conversation);
+        let prepared = prepare(&SEND_REFUND, Some(&ctx), |a| {
+            a.key("order_id", &order_id)?.key("amount_cents", &500)?;
+            Ok(())
+        })
+        .unwrap();
+        let ran = Arc::new(AtomicBool::new(false));
+        let body_ran = ran.clone();
+        let result: Result<Value, ToolError> = self.runtime.block_on(prepared.run(async move {
+            body_ran.store(true, Ordering::SeqCst);
+            Ok(json!({"refund_id": format!("re_{order_id}")}))
+        }));
+        Called {
+            result,
+            ran: ran.load(Ordering::SeqCst),
+            outcome: ctx.last_outcome(),
+        }
+    }
+
+    /// Claims the key of `send_refund(order_id, 500)` in `conversation` as the tool's call
+    /// would, and dies: no body, no release, no renewal, as after SIGKILL. Returns its key.
+    pub fn crash(&self, conversation: &str, order_id: u64) -> String {
+        let ctx = CallContext::new()
+            .with_engine(self.engine.clone())
+            .with_conversation(conversation);
+        let prepared = prepare(&SEND_REFUND, Some(&ctx), |a| {
+            a.key("order_id", &order_id)?.key("amount_cents", &500)?;
+            Ok(())
+        })
+        .unwrap();
+        let key = prepared.key().to_string();
+        let claimed = self
+            .runtime
+            .block_on(prepared.claim::<Value, ToolError>())
+            .unwrap_or_else(|answer| panic!("the first call claims: {answer:?}"));
+        std::mem::forget(claimed);
         std::thread::sleep(Duration::from_millis(5));
         key
     }

@@ -1,6 +1,7 @@
 //! The `idem` binary's integration tests, one test binary over one shared harness
-//! ([`common`]): [`cli`] runs it against real stores as a person would, [`adversarial_cli`]
-//! against odd inputs from a review.
+//! ([`common`]): [`cli`] runs it against real stores as a person would, [`decisions`] as an
+//! operator deciding unknown outcomes would, [`adversarial_cli`] against odd inputs from a
+//! review.
 //!
 //! SQLite and the tests that need no server always run; PostgreSQL and Redis with the
 //! test-only cargo features `test-postgres` and `test-redis`.
@@ -8,3 +9,5 @@
 mod adversarial_cli;
 mod cli;
 mod common;
+mod decisions;
+mod held_after_crash;

@@ -1,15 +1,18 @@
-//! Acquiring a key: claim, replay, take over, reconcile, or wait (contract S2–S6, S9, U2,
-//! U3).
+//! Acquiring a key: claim, replay, take over, reconcile, or wait (contract S2–S6, S9,
+//! U2–U3, U6).
 //!
 //! ```text
-//! claim ─ Acquired ───────────────────────────────────────→ owner (fence from the store)
+//! claim ─ Acquired ───────────────────────────────────────→ owner (fence from the store;
+//!       │                                                   also a key decided not applied)
 //!       └ Existing ─ other fingerprint ───────────────────→ Mismatch (S9)
 //!                  ├ Completed ───────────────────────────→ replay (S3, S4)
 //!                  ├ OutcomeUnknown ─ reconcile fn ───────→ take over now, reconcile (U3)
-//!                  │                ├ lease lapsed ───────→ take over, run again (U2)
-//!                  │                └ lease live ─────────→ OutcomeUnknown error (U2)
-//!                  └ InProgress ─ lease lapsed ───────────→ take over (CAS), reconcile or
-//!                               │                           run again (S6, U2)
+//!                  │                ├ on_unknown = hold ──→ OutcomeUnknown, held (U2)
+//!                  │                ├ rerun, lease lapsed → take over, run again (U2a)
+//!                  │                └ rerun, lease live ──→ OutcomeUnknown error (U2a)
+//!                  └ InProgress ─ lease lapsed ─ reconcile fn or rerun → take over (CAS),
+//!                               │              │            reconcile or run again (S6)
+//!                               │              └ hold ───→ mark unknown (CAS), held (U2)
 //!                               └ lease live ─────────────→ wait ≤ `wait`, look again,
 //!                                                           then InProgress (S5)
 //! ```
@@ -23,7 +26,12 @@ use crate::attempt::{PreviousRun, UnknownCause};
 use crate::clock::{duration_millis, Timestamp};
 use crate::envelope::Envelope;
 use crate::error::Error;
-use crate::store::{Claim, ClaimRequest, OwnerToken, Record, RecordState, TakeoverRequest};
+use crate::outcome::OutcomeSource;
+use crate::spec::OnUnknown;
+use crate::store::{
+    Claim, ClaimRequest, HistoryEntry, HistoryEvent, OwnerToken, Record, RecordState, Seen,
+    StoreError, StoreErrorKind, TakeoverRequest, Target, TransitionRequest, UnknownReason,
+};
 use crate::telemetry::StoreOperation;
 
 /// Shortest and longest pause between two looks at an in-progress key when the store
@@ -46,6 +54,9 @@ pub(super) struct Ownership {
     pub(super) lifetime: Lifetime,
     /// The run this claim took over, whose outcome is unknown (U2).
     pub(super) previous: Option<PreviousRun>,
+    /// Whether the claim took a key decided not applied (U6): giving it back returns it
+    /// to not applied instead of deleting it.
+    pub(super) reopened: bool,
 }
 
 impl Ownership {
@@ -65,8 +76,10 @@ impl Ownership {
                 expires_at,
                 fence,
                 takeover: previous.is_some(),
+                source: OutcomeSource::Executed,
             },
             previous,
+            reopened: false,
         }
     }
 }
@@ -78,6 +91,8 @@ pub(super) struct Lifetime {
     pub(super) expires_at: Timestamp,
     pub(super) fence: u64,
     pub(super) takeover: bool,
+    /// Where the outcome that answers the call came from (a replay's: the record's).
+    pub(super) source: OutcomeSource,
 }
 
 impl PreparedCall {
@@ -111,8 +126,9 @@ impl PreparedCall {
                 .await
                 .map_err(|e| self.store_error(e))?
             {
-                Claim::Acquired { fence } => {
-                    let claimed = Ownership::new(owner, fence, now, expires_at, None);
+                Claim::Acquired { fence, reopened } => {
+                    let mut claimed = Ownership::new(owner, fence, now, expires_at, None);
+                    claimed.reopened = reopened;
                     return Ok(Acquired::Owner(claimed));
                 }
                 Claim::Existing(record) => record,
@@ -129,7 +145,10 @@ impl PreparedCall {
             let due = match self.decide(&record, now)? {
                 Decision::TakeOver(due) => due,
                 Decision::Replay => {
-                    let RecordState::Completed { outcome, .. } = record.state else {
+                    let RecordState::Completed {
+                        outcome, source, ..
+                    } = record.state
+                    else {
                         continue; // `decide` replays completed records only
                     };
                     let lifetime = Lifetime {
@@ -137,8 +156,38 @@ impl PreparedCall {
                         expires_at: record.expires_at,
                         fence: record.fence,
                         takeover: false,
+                        source,
                     };
                     return Ok(Acquired::Replay(outcome, lifetime));
+                }
+                Decision::Hold { lapsed } => {
+                    if let Some((owner, lease_until)) = lapsed {
+                        if self.mark_lapsed(&record, owner, lease_until, now).await? {
+                            self.trace.lapse_marked(record.fence);
+                        } else {
+                            // The record changed under us: look again, once. A mark that
+                            // keeps failing means the store does not hold what it returned;
+                            // the lapsed claim counts as unknown all the same (U1).
+                            failed_takeovers += 1;
+                            if failed_takeovers < 2 {
+                                continue;
+                            }
+                        }
+                    }
+                    return Err(self.held(&record));
+                }
+                Decision::LookAgain => {
+                    // A store that answers a claim of a key decided not applied (with this
+                    // fingerprint) with the record instead of the claim breaks U6.
+                    failed_takeovers += 1;
+                    if failed_takeovers < 3 {
+                        continue;
+                    }
+                    return Err(self.store_error(StoreError::new(
+                        store.backend(),
+                        StoreErrorKind::Corrupt,
+                        "the store answers a claim of a key decided not applied with the record instead of granting the claim",
+                    )));
                 }
                 Decision::Wait { seen_lease_until } => {
                     // In progress with a live lease: wait for its outcome (S5).
@@ -164,6 +213,12 @@ impl PreparedCall {
                 }
             };
             let fence = record.fence.saturating_add(1);
+            let cause = match due.previous.cause {
+                UnknownCause::LeaseLapsed => UnknownReason::LeaseLapsed,
+                UnknownCause::GaveUp => UnknownReason::Marked,
+            };
+            let entry =
+                HistoryEntry::new(now, HistoryEvent::TakenOver { cause }, fence).with_owner(owner);
             let takeover = TakeoverRequest {
                 key: &self.key,
                 seen_owner: due.seen_owner,
@@ -174,6 +229,7 @@ impl PreparedCall {
                 expires_at,
                 fence,
                 label: &self.label,
+                entry,
             };
             if self
                 .trace
@@ -209,10 +265,10 @@ impl PreparedCall {
     }
 
     /// What to do about `record` (live, same fingerprint): replay a completed one (S3);
-    /// take over an in-progress claim whose lease lapsed (S6) or an unknown outcome that
-    /// this tool reconciles or whose held lease lapsed (U2, U3); wait for a live owner
-    /// (S5). An unknown outcome still held for a tool without a reconcile function is
-    /// [`Error::OutcomeUnknown`].
+    /// wait for a live owner (S5); for an unknown outcome (U1: marked so, or a lapsed
+    /// lease), take it over when this tool reconciles (U3) or re-runs (U2a, once the held
+    /// lease lapsed), else hold it for a person's decision (U2). An unknown outcome still
+    /// held under `on_unknown = "rerun"` is [`Error::OutcomeUnknown`].
     fn decide(&self, record: &Record, now: Timestamp) -> Result<Decision, Error> {
         let previous = |cause, unknown_since| PreviousRun {
             claimed_at: record.created_at,
@@ -220,9 +276,15 @@ impl PreparedCall {
             unknown_since,
             cause,
         };
+        let reruns = self.spec.on_unknown == OnUnknown::Rerun;
         match record.state {
             RecordState::Completed { .. } => Ok(Decision::Replay),
             RecordState::InProgress { owner, lease_until } if now >= lease_until => {
+                if !(self.spec.reconcile || reruns) {
+                    return Ok(Decision::Hold {
+                        lapsed: Some((owner, lease_until)),
+                    });
+                }
                 Ok(Decision::TakeOver(Due {
                     seen_owner: owner,
                     seen_lease_until: lease_until,
@@ -237,20 +299,87 @@ impl PreparedCall {
                 lease_until,
                 since,
             } => {
-                if self.spec.reconcile || now >= lease_until {
+                if self.spec.reconcile || (reruns && now >= lease_until) {
                     return Ok(Decision::TakeOver(Due {
                         seen_owner: owner,
                         seen_lease_until: lease_until,
                         previous: previous(UnknownCause::GaveUp, since),
                     }));
                 }
+                if !reruns {
+                    return Ok(Decision::Hold { lapsed: None });
+                }
                 Err(Error::OutcomeUnknown {
                     tool: self.spec.name.to_owned(),
                     key: self.key.to_string(),
                     since,
                     retry_after_ms: Some(duration_millis(lease_until.saturating_since(now))),
+                    held: false,
                 })
             }
+            // A key decided not applied with this fingerprint is claimed by the store
+            // (U6); seen here, it changed between the claim and its answer.
+            _ => Ok(Decision::LookAgain),
+        }
+    }
+
+    /// U2: the crashed owner's claim (`owner`, `lease_until` as seen) is marked unknown,
+    /// cause lease lapsed, as a compare-and-set. `false`: the record changed since it was
+    /// read. A store that cannot record transitions leaves it as it is (it counts as
+    /// unknown all the same, U1).
+    async fn mark_lapsed(
+        &self,
+        record: &Record,
+        owner: OwnerToken,
+        lease_until: Timestamp,
+        now: Timestamp,
+    ) -> Result<bool, Error> {
+        let store = self.engine.store();
+        let entry = HistoryEntry::new(
+            now,
+            HistoryEvent::Unknown {
+                cause: UnknownReason::LeaseLapsed,
+            },
+            record.fence,
+        );
+        let request = TransitionRequest {
+            key: &self.key,
+            fence: record.fence,
+            seen: Seen::InProgress {
+                owner,
+                lease_until: Some(lease_until),
+            },
+            target: Target::OutcomeUnknown {
+                since: record.created_at,
+            },
+            now,
+            expires_at: record.expires_at,
+            entry,
+        };
+        let marking = store.transition(request);
+        match self
+            .trace
+            .timed(StoreOperation::MarkUnknown, store.backend(), marking)
+            .await
+        {
+            Ok(marked) => Ok(marked),
+            Err(e) if e.kind == StoreErrorKind::Unsupported => Ok(true),
+            Err(e) => Err(self.store_error(e)),
+        }
+    }
+
+    /// U2: the answer to every call of a key held for a person's decision.
+    fn held(&self, record: &Record) -> Error {
+        let since = match record.state {
+            RecordState::OutcomeUnknown { since, .. } => since,
+            _ => record.created_at,
+        };
+        Error::OutcomeUnknown {
+            tool: self.spec.name.to_owned(),
+            key: self.key.to_string(),
+            since,
+            retry_after_ms: None,
+            held: true,
         }
     }
 
@@ -275,7 +404,16 @@ impl PreparedCall {
 enum Decision {
     Replay,
     TakeOver(Due),
-    Wait { seen_lease_until: Timestamp },
+    Wait {
+        seen_lease_until: Timestamp,
+    },
+    /// Held for a person's decision (U2); `lapsed`: an in-progress claim (owner, lease
+    /// deadline) whose lease lapsed, to mark unknown first.
+    Hold {
+        lapsed: Option<(OwnerToken, Timestamp)>,
+    },
+    /// The record is in a state this call does not act on: claim again.
+    LookAgain,
 }
 
 /// A takeover that is due.

@@ -18,17 +18,21 @@ use crate::envelope::Envelope;
 use crate::error::Error;
 use crate::heartbeat::{Beating, Heartbeat, Lease};
 use crate::key::IdempotencyKey;
-use crate::outcome::{CallStatus, IdempotentError};
+use crate::outcome::{CallStatus, IdempotentError, OutcomeSource};
 use crate::reconcile::{ReconcileVerdict, Reconciled};
 use crate::spec::OnCancel;
-use crate::store::{Completion, MarkUnknownRequest, OwnerToken, Store};
+use crate::store::{
+    CompleteRequest, Completion, HistoryEntry, HistoryEvent, MarkUnknownRequest, OwnerToken, Seen,
+    Store, Target, TransitionRequest, UnknownReason,
+};
 use crate::telemetry::{CallTrace, ReleasedBecause, StoreOperation, UnknownBecause};
 
 /// A call that holds its key's claim (the `Ok` of [`PreparedCall::claim`]): reconcile if
 /// [`needs_reconcile`](Self::needs_reconcile), then [`run`](Self::run) the body.
 ///
 /// Dropping it without running the body gives the claim back: released for a first
-/// claim, marked outcome unknown again after a takeover (U4).
+/// claim, marked outcome unknown again after a takeover, not applied again after a claim
+/// of a key decided not applied (U4, U6).
 #[derive(Debug)]
 pub struct ClaimedCall {
     call: PreparedCall,
@@ -36,6 +40,8 @@ pub struct ClaimedCall {
     lifetime: Lifetime,
     attempt: AttemptInfo,
     needs_reconcile: bool,
+    /// Whether the claim took a key decided not applied (U6).
+    reopened: bool,
     /// Renews the lease alongside async work (L1).
     heartbeat: Option<Heartbeat>,
     /// The heartbeat of the sync path, served by the renewal thread; unregistered on drop.
@@ -48,6 +54,8 @@ enum FinishStep {
     /// Save the outcome of a call that ends with `CallStatus` (executed or reconciled).
     Complete(Envelope, CallStatus),
     MarkUnknown(UnknownBecause),
+    /// Give the claim back: delete a first claim's record (S4), or return a key decided
+    /// not applied to that state (U6).
     Release,
 }
 
@@ -93,9 +101,12 @@ impl ClaimedCall {
             clock: Arc::clone(clock),
             key: call.key.clone(),
             owner: ownership.owner,
+            fence: ownership.fence,
+            reopened: ownership.reopened,
             on_drop: Some(on_drop),
         };
         ClaimedCall {
+            reopened: ownership.reopened,
             needs_reconcile: call.spec.reconcile && ownership.previous.is_some(),
             owner: ownership.owner,
             lifetime: ownership.lifetime,
@@ -262,17 +273,25 @@ impl ClaimedCall {
     }
 
     /// From here the effect may happen: a drop or a panic leaves the outcome unknown,
-    /// unless the tool releases on cancel (U4).
+    /// unless the tool releases on cancel (U4) and this run did not take over an unknown
+    /// outcome, which is never released (U1, U2b).
     fn body_begins(&mut self) {
-        let since = self
-            .attempt
-            .previous()
-            .map_or(self.attempt.claimed_at(), |p| p.unknown_since);
-        self.guard.on_drop = Some(match self.call.spec.on_cancel {
-            OnCancel::Hold => DropAction::MarkUnknown { since },
-            OnCancel::Release => DropAction::Release,
+        let since = self.unknown_since();
+        let releases = self.call.spec.on_cancel == OnCancel::Release && !self.attempt.is_takeover();
+        self.guard.on_drop = Some(if releases {
+            DropAction::Release
+        } else {
+            DropAction::MarkUnknown { since }
         });
         self.needs_reconcile = false;
+    }
+
+    /// Since when this run's outcome would be unknown: the claim of the run it took over,
+    /// else its own.
+    fn unknown_since(&self) -> Timestamp {
+        self.attempt
+            .previous()
+            .map_or(self.attempt.claimed_at(), |p| p.unknown_since)
     }
 
     /// What finishing writes for `outcome`, or `None` when it cannot be saved (then the key
@@ -325,16 +344,25 @@ impl ClaimedCall {
             Arc::clone(self.call.engine.clock()),
         );
         let (key, owner, trace) = (self.call.key.clone(), self.owner, self.call.trace.clone());
-        let since = self
-            .attempt
-            .previous()
-            .map_or(self.attempt.claimed_at(), |p| p.unknown_since);
+        let (since, fence, reopened) = (self.unknown_since(), self.attempt.fence(), self.reopened);
         let span = trace.span().clone();
         let write = async move {
             match step {
                 FinishStep::Complete(envelope, status) => {
                     let now = clock.now();
-                    let completing = store.complete(&key, owner, &envelope, now);
+                    let source = match status {
+                        CallStatus::Reconciled => OutcomeSource::Reconciled,
+                        _ => OutcomeSource::Executed,
+                    };
+                    let entry = HistoryEntry::new(now, HistoryEvent::Completed { source }, fence);
+                    let completing = store.complete(CompleteRequest {
+                        key: &key,
+                        owner,
+                        outcome: &envelope,
+                        source,
+                        now,
+                        entry,
+                    });
                     let saved = match trace
                         .timed(StoreOperation::Complete, store.backend(), completing)
                         .await
@@ -353,15 +381,28 @@ impl ClaimedCall {
                     saved
                 }
                 FinishStep::MarkUnknown(cause) => {
-                    mark_unknown(&*store, &*clock, &key, owner, since, &trace).await;
+                    let held = Held {
+                        store: &*store,
+                        clock: &*clock,
+                        key: &key,
+                        owner,
+                        fence,
+                        trace: &trace,
+                    };
+                    held.mark_unknown(since, cause.reason()).await;
                     trace.outcome_unknown(cause);
                     false
                 }
                 FinishStep::Release => {
-                    // A failure is reported by `timed`; the claim lapses with its lease.
-                    let releasing = store.release(&key, owner);
-                    let released = trace.timed(StoreOperation::Release, store.backend(), releasing);
-                    drop(released.await);
+                    let held = Held {
+                        store: &*store,
+                        clock: &*clock,
+                        key: &key,
+                        owner,
+                        fence,
+                        trace: &trace,
+                    };
+                    held.give_back(reopened).await;
                     trace.released(ReleasedBecause::Error);
                     false
                 }
@@ -437,15 +478,12 @@ impl ClaimedCall {
     }
 
     fn unknown_error(&self) -> Error {
-        let since = self
-            .attempt
-            .previous()
-            .map_or(self.attempt.claimed_at(), |p| p.unknown_since);
         Error::OutcomeUnknown {
             tool: self.call.spec.name.to_owned(),
             key: self.call.key.to_string(),
-            since,
+            since: self.unknown_since(),
             retry_after_ms: None,
+            held: false,
         }
     }
 }
@@ -459,30 +497,76 @@ fn ended(trace: &CallTrace, status: CallStatus, saved: bool) {
     }
 }
 
-/// Marks the outcome of `key` unknown (U1), reporting a failure (the claim then lapses with
-/// its lease, and the next caller treats the outcome as unknown all the same) or a claim
-/// already lost.
-async fn mark_unknown(
-    store: &dyn Store,
-    clock: &dyn Clock,
-    key: &IdempotencyKey,
+/// A claim being given up without an outcome: the writes that mark it unknown or give it
+/// back, each as one store operation that reports its failure (the claim then lapses with
+/// its lease, and the next caller treats the outcome as unknown all the same, U1) or a
+/// claim already lost.
+struct Held<'a> {
+    store: &'a dyn Store,
+    clock: &'a dyn Clock,
+    key: &'a IdempotencyKey,
     owner: OwnerToken,
-    since: Timestamp,
-    trace: &CallTrace,
-) {
-    let request = MarkUnknownRequest {
-        key,
-        owner,
-        now: clock.now(),
-        since,
-    };
-    let marking = store.mark_unknown(request);
-    // A store error is reported by `timed`.
-    if let Ok(false) = trace
-        .timed(StoreOperation::MarkUnknown, store.backend(), marking)
-        .await
-    {
-        trace.lease_lost(StoreOperation::MarkUnknown);
+    fence: u64,
+    trace: &'a CallTrace,
+}
+
+impl Held<'_> {
+    /// Marks the outcome unknown (U1), with `cause` in the history (U7).
+    async fn mark_unknown(&self, since: Timestamp, cause: UnknownReason) {
+        let now = self.clock.now();
+        let entry = HistoryEntry::new(now, HistoryEvent::Unknown { cause }, self.fence);
+        let request = MarkUnknownRequest {
+            key: self.key,
+            owner: self.owner,
+            now,
+            since,
+            entry,
+        };
+        let marking = self.store.mark_unknown(request);
+        // A store error is reported by `timed`.
+        if let Ok(false) = self
+            .trace
+            .timed(StoreOperation::MarkUnknown, self.store.backend(), marking)
+            .await
+        {
+            self.trace.lease_lost(StoreOperation::MarkUnknown);
+        }
+    }
+
+    /// Gives the claim back: deletes a first claim's record (S4, S7), or returns a key
+    /// decided not applied (`reopened`) to that state, keeping its fence and history (U6).
+    async fn give_back(&self, reopened: bool) {
+        if !reopened {
+            // A failure is reported by `timed`; the claim lapses with its lease.
+            let releasing = self.store.release(self.key, self.owner);
+            let released =
+                self.trace
+                    .timed(StoreOperation::Release, self.store.backend(), releasing);
+            drop(released.await);
+            return;
+        }
+        let now = self.clock.now();
+        let entry = HistoryEntry::new(now, HistoryEvent::Released, self.fence);
+        let request = TransitionRequest {
+            key: self.key,
+            fence: self.fence,
+            seen: Seen::InProgress {
+                owner: self.owner,
+                lease_until: None,
+            },
+            target: Target::NotApplied,
+            now,
+            expires_at: now,
+            entry,
+        };
+        let returning = self.store.transition(request);
+        if let Ok(false) = self
+            .trace
+            .timed(StoreOperation::Release, self.store.backend(), returning)
+            .await
+        {
+            self.trace.lease_lost(StoreOperation::Release);
+        }
     }
 }
 
@@ -502,6 +586,9 @@ struct ClaimGuard {
     clock: Arc<dyn Clock>,
     key: IdempotencyKey,
     owner: OwnerToken,
+    fence: u64,
+    /// Whether the claim took a key decided not applied (U6).
+    reopened: bool,
     /// `None` once finishing took over.
     on_drop: Option<DropAction>,
 }
@@ -520,33 +607,44 @@ impl Drop for ClaimGuard {
         let Some(action) = self.on_drop.take() else {
             return;
         };
-        let (trace, store, clock, key, owner) = (
+        let (trace, store, clock, key, owner, fence, reopened) = (
             self.trace.clone(),
             Arc::clone(&self.store),
             Arc::clone(&self.clock),
             self.key.clone(),
             self.owner,
+            self.fence,
+            self.reopened,
         );
+        let cause = if std::thread::panicking() {
+            UnknownReason::Panicked
+        } else {
+            UnknownReason::Cancelled
+        };
         let span = trace.span().clone();
         // The call was dropped or panicked while it held the claim.
-        match action {
-            DropAction::Release => detach(
-                async move {
-                    // A failure is reported by `timed`; the claim lapses with its lease.
-                    let releasing = store.release(&key, owner);
-                    let released = trace.timed(StoreOperation::Release, store.backend(), releasing);
-                    drop(released.await);
-                    trace.released(ReleasedBecause::Dropped);
+        detach(
+            async move {
+                let held = Held {
+                    store: &*store,
+                    clock: &*clock,
+                    key: &key,
+                    owner,
+                    fence,
+                    trace: &trace,
+                };
+                match action {
+                    DropAction::Release => {
+                        held.give_back(reopened).await;
+                        trace.released(ReleasedBecause::Dropped);
+                    }
+                    DropAction::MarkUnknown { since } => {
+                        held.mark_unknown(since, cause).await;
+                        trace.outcome_unknown(UnknownBecause::Dropped);
+                    }
                 }
-                .instrument(span),
-            ),
-            DropAction::MarkUnknown { since } => detach(
-                async move {
-                    mark_unknown(&*store, &*clock, &key, owner, since, &trace).await;
-                    trace.outcome_unknown(UnknownBecause::Dropped);
-                }
-                .instrument(span),
-            ),
-        }
+            }
+            .instrument(span),
+        );
     }
 }

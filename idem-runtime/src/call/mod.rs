@@ -38,7 +38,7 @@ use crate::envelope::Envelope;
 use crate::error::Error;
 use crate::key::{derive_key_in, Fingerprint, IdempotencyKey};
 use crate::label::RecordLabel;
-use crate::outcome::{CallRecord, CallStatus, IdempotentError};
+use crate::outcome::{CallRecord, CallStatus, IdempotentError, OutcomeSource};
 use crate::spec::ToolSpec;
 use crate::store::{StoreError, StoreErrorKind};
 use crate::telemetry::CallTrace;
@@ -361,6 +361,11 @@ impl PreparedCall {
             recorded,
             takeover: lifetime.takeover,
             fence: lifetime.fence,
+            source: match status {
+                CallStatus::Reconciled => OutcomeSource::Reconciled,
+                CallStatus::Executed => OutcomeSource::Executed,
+                _ => lifetime.source,
+            },
         };
         if let Some(context) = &self.context {
             if self.carries {

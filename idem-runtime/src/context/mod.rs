@@ -481,6 +481,7 @@ mod tests {
             recorded: true,
             takeover: false,
             fence: 1,
+            source: crate::outcome::OutcomeSource::Executed,
         }
     }
 

@@ -371,6 +371,11 @@ mod tests {
             recorded: true,
             takeover: status == CallStatus::Reconciled,
             fence: 2,
+            source: if status == CallStatus::Reconciled {
+                crate::outcome::OutcomeSource::Reconciled
+            } else {
+                crate::outcome::OutcomeSource::Executed
+            },
         }
     }
 

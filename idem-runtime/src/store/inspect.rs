@@ -15,35 +15,44 @@ use crate::label::ScopePath;
 /// The most records one [`Store::list`](super::Store::list) page returns.
 pub const LIST_LIMIT_MAX: usize = 1000;
 
-/// A record's state, as list filters and counts name it.
+/// A record's state, as list filters and counts name it: what a call would meet (I7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum StateFilter {
-    /// [`RecordState::InProgress`].
+    /// [`RecordState::InProgress`] with a live lease.
     InProgress,
-    /// [`RecordState::OutcomeUnknown`].
+    /// [`RecordState::OutcomeUnknown`], or in progress with a lapsed lease (U1, I7).
     OutcomeUnknown,
     /// [`RecordState::Completed`].
     Completed,
+    /// [`RecordState::NotApplied`] (U6).
+    NotApplied,
 }
 
 impl StateFilter {
-    /// The state of `state`.
-    pub fn of(state: &RecordState) -> Self {
+    /// The state `state` counts as at `now` (I7): an in-progress record whose lease lapsed
+    /// at or before `now` is [`OutcomeUnknown`](StateFilter::OutcomeUnknown).
+    pub fn at(state: &RecordState, now: Timestamp) -> Self {
         match state {
+            RecordState::InProgress { lease_until, .. } if *lease_until <= now => {
+                StateFilter::OutcomeUnknown
+            }
             RecordState::InProgress { .. } => StateFilter::InProgress,
             RecordState::OutcomeUnknown { .. } => StateFilter::OutcomeUnknown,
             RecordState::Completed { .. } => StateFilter::Completed,
+            RecordState::NotApplied { .. } => StateFilter::NotApplied,
         }
     }
 
-    /// `in_progress`, `outcome_unknown` or `completed`: the name in JSON output and in
-    /// stores' state columns.
+    /// `in_progress`, `outcome_unknown`, `completed` or `not_applied`: the name in JSON
+    /// output and in stores' state columns.
     pub fn as_str(self) -> &'static str {
         match self {
             StateFilter::InProgress => "in_progress",
             StateFilter::OutcomeUnknown => "outcome_unknown",
             StateFilter::Completed => "completed",
+            StateFilter::NotApplied => "not_applied",
         }
     }
 }
@@ -75,6 +84,9 @@ pub struct ListQuery {
     pub limit: usize,
     /// The page after this cursor (from [`ListPage::next`]); `None`: the first page.
     pub after: Option<ListCursor>,
+    /// Oldest first (`created_at` ascending, then key ascending) instead of newest first:
+    /// the order of a queue of records waiting for a decision (I7).
+    pub oldest_first: bool,
 }
 
 impl Default for ListQuery {
@@ -88,6 +100,7 @@ impl Default for ListQuery {
             created_before: None,
             limit: 100,
             after: None,
+            oldest_first: false,
         }
     }
 }
@@ -122,6 +135,12 @@ impl ListQuery {
         self
     }
 
+    /// Oldest first instead of newest first (I7).
+    pub fn oldest_first(mut self) -> Self {
+        self.oldest_first = true;
+        self
+    }
+
     /// The page after `cursor`.
     pub fn after(mut self, cursor: ListCursor) -> Self {
         self.after = Some(cursor);
@@ -133,9 +152,10 @@ impl ListQuery {
         self.limit.clamp(1, LIST_LIMIT_MAX)
     }
 
-    /// Whether `record` (of `key`, live at the caller's now) matches every filter and lies
-    /// after the cursor. For stores that filter in process (memory, Redis).
-    pub fn matches(&self, key: &IdempotencyKey, record: &Record) -> bool {
+    /// Whether `record` (of `key`, live at `now`) matches every filter, its state counted
+    /// as at `now` (I7), and lies after the cursor. For stores that filter in process
+    /// (memory, Redis).
+    pub fn matches(&self, key: &IdempotencyKey, record: &Record, now: Timestamp) -> bool {
         let label = record.label.as_ref();
         let tool = label.map_or("", |l| l.tool.as_str());
         let namespace = label.and_then(|l| l.namespace.as_deref());
@@ -151,13 +171,16 @@ impl ListQuery {
             && scope_ok
             && self
                 .state
-                .is_none_or(|s| s == StateFilter::of(&record.state))
+                .is_none_or(|s| s == StateFilter::at(&record.state, now))
             && self.created_from.is_none_or(|t| record.created_at >= t)
             && self.created_before.is_none_or(|t| record.created_at < t)
-            && self
-                .after
-                .as_ref()
-                .is_none_or(|c| c.is_before(record.created_at, key))
+            && self.after.as_ref().is_none_or(|c| {
+                if self.oldest_first {
+                    c.is_after(record.created_at, key)
+                } else {
+                    c.is_before(record.created_at, key)
+                }
+            })
     }
 }
 
@@ -186,6 +209,12 @@ impl ListCursor {
     /// listing order (newest first, then key descending).
     pub fn is_before(&self, created_at: Timestamp, key: &IdempotencyKey) -> bool {
         (created_at, key) < (self.created_at, &self.key)
+    }
+
+    /// Whether a record created at `created_at` with `key` comes after this cursor in
+    /// oldest-first order ([`ListQuery::oldest_first`]).
+    pub fn is_after(&self, created_at: Timestamp, key: &IdempotencyKey) -> bool {
+        (created_at, key) > (self.created_at, &self.key)
     }
 }
 
@@ -238,6 +267,9 @@ impl ListPage {
     /// the cursor of the next page when more remain. For stores that list in process.
     pub fn cut(mut records: Vec<KeyedRecord>, query: &ListQuery) -> Self {
         sort_newest_first(&mut records);
+        if query.oldest_first {
+            records.reverse();
+        }
         let size = query.page_size();
         let more = records.len() > size;
         records.truncate(size);
@@ -258,7 +290,8 @@ pub(crate) fn sort_newest_first(records: &mut [KeyedRecord]) {
 pub enum PurgeOutcome {
     /// The live record was deleted; here it is as it was.
     Deleted(Record),
-    /// The record is in progress or its outcome unknown and `force` was not given: kept.
+    /// The record is not completed (in progress, outcome unknown, not applied) and `force`
+    /// was not given: kept.
     Kept(Record),
     /// No live record.
     Absent,
@@ -269,7 +302,7 @@ pub enum PurgeOutcome {
 pub struct PurgeCounts {
     /// Records deleted.
     pub deleted: u64,
-    /// Records in progress or with an unknown outcome, kept for want of `force`.
+    /// Records that are not completed, kept for want of `force`.
     pub kept: u64,
 }
 
@@ -282,6 +315,9 @@ pub struct StateCounts {
     pub outcome_unknown: u64,
     /// Completed records.
     pub completed: u64,
+    /// Records decided not applied, waiting for their next call (U6).
+    #[serde(default)]
+    pub not_applied: u64,
 }
 
 impl StateCounts {
@@ -291,12 +327,13 @@ impl StateCounts {
             StateFilter::InProgress => self.in_progress += n,
             StateFilter::OutcomeUnknown => self.outcome_unknown += n,
             StateFilter::Completed => self.completed += n,
+            StateFilter::NotApplied => self.not_applied += n,
         }
     }
 
     /// All records counted.
     pub fn total(&self) -> u64 {
-        self.in_progress + self.outcome_unknown + self.completed
+        self.in_progress + self.outcome_unknown + self.completed + self.not_applied
     }
 }
 

@@ -7,14 +7,16 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::watch;
 
+use super::history::StoredHistory;
 use super::{
-    gc_cutoff, is_garbage, ChangeSignal, Claim, ClaimRequest, Completion, KeyedRecord, ListPage,
-    ListQuery, MarkUnknownRequest, OwnerToken, PurgeCounts, PurgeOutcome, Record, RecordState,
-    RenewRequest, StateFilter, Store, StoreFuture, StoreStats, TakeoverRequest,
+    gc_cutoff, is_garbage, ChangeSignal, Claim, ClaimRequest, CompleteRequest, Completion, History,
+    HistoryEntry, KeyedRecord, ListPage, ListQuery, MarkUnknownRequest, PurgeCounts, PurgeOutcome,
+    Record, RecordState, RenewRequest, Seen, StateFilter, Store, StoreFuture, StoreStats,
+    TakeoverRequest, Target, TransitionRequest,
 };
 use crate::clock::Timestamp;
-use crate::envelope::Envelope;
 use crate::key::IdempotencyKey;
+use crate::store::OwnerToken;
 
 /// How many claims between two sweeps of expired records.
 const SWEEP_EVERY: u64 = 4096;
@@ -22,25 +24,32 @@ const SWEEP_EVERY: u64 = 4096;
 /// A [`Store`] in this process's memory: every operation is one step under one mutex
 /// (S2), so it is exact within a process and shares nothing across processes or restarts.
 ///
-/// Expired records are treated as absent on every read and swept every 4096 claims once
-/// they (and, unless completed, their leases) expired more than
+/// Expired records (completed ones past their expiry, S8) are treated as absent on every
+/// read and swept every 4096 claims once they expired more than
 /// [`GC_DRIFT_MARGIN_MS`](super::GC_DRIFT_MARGIN_MS) (one hour) before both the sweeping
 /// claim's `now` and this machine's wall clock, so a caller whose clock runs ahead, even by
-/// a year, never drops other callers' live records (G1); live records are never evicted
-/// (S8). Waiting duplicates are woken by their key's change signal, not by polling and not
-/// by other keys' changes (S5). Every future it returns is ready at once, so sync tools can
-/// use it.
+/// a year, never drops other callers' live records (G1); records that are not completed
+/// are never swept, and live records are never evicted (S8). Each record keeps its history
+/// (U7) beside it. Waiting duplicates are woken by their key's change signal, not by
+/// polling and not by other keys' changes (S5). Every future it returns is ready at once,
+/// so sync tools can use it.
 ///
 /// It counts its operations as round trips ([`Store::round_trips`]): one per claim, take
-/// over, renew, mark unknown, complete, release and read.
+/// over, renew, mark unknown, complete, release, transition and read.
 pub struct MemoryStore {
     state: Mutex<State>,
     round_trips: AtomicU64,
 }
 
+/// A record and its history.
+struct Held {
+    record: Record,
+    history: StoredHistory,
+}
+
 #[derive(Default)]
 struct State {
-    records: HashMap<IdempotencyKey, Record>,
+    records: HashMap<IdempotencyKey, Held>,
     /// One change signal per key that has waiters; dropped once nobody listens.
     signals: HashMap<IdempotencyKey, watch::Sender<()>>,
     claims_since_sweep: u64,
@@ -90,11 +99,38 @@ impl MemoryStore {
         state: &'s mut State,
         key: &IdempotencyKey,
         now: Timestamp,
-    ) -> Option<&'s mut Record> {
+    ) -> Option<&'s mut Held> {
         state
             .records
             .get_mut(key)
-            .filter(|record| now < record.expires_at)
+            .filter(|held| held.record.is_live(now))
+    }
+
+    /// Applies `change` to the live record of `key` if `applies` says so, appends `entry`
+    /// to its history and wakes the key's waiters; answers whether it applied.
+    fn compare_and_set(
+        &self,
+        key: &IdempotencyKey,
+        now: Timestamp,
+        entry: &HistoryEntry,
+        change: impl FnOnce(&mut Record) -> bool,
+    ) -> bool {
+        self.count();
+        let mut state = self.lock();
+        let changed = match Self::live(&mut state, key, now) {
+            Some(held) => {
+                let changed = change(&mut held.record);
+                if changed {
+                    held.history.append(entry);
+                }
+                changed
+            }
+            None => false,
+        };
+        if changed {
+            Self::notify(&mut state, key);
+        }
+        changed
     }
 }
 
@@ -116,6 +152,11 @@ fn ready<'a, T: Send + 'a>(value: T) -> StoreFuture<'a, T> {
     Box::pin(std::future::ready(Ok(value)))
 }
 
+/// Whether `state` is in progress with `owner`.
+fn owned_by(state: &RecordState, owner: OwnerToken) -> bool {
+    matches!(state, RecordState::InProgress { owner: o, .. } if *o == owner)
+}
+
 impl Store for MemoryStore {
     fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, Claim> {
         self.count();
@@ -126,70 +167,100 @@ impl Store for MemoryStore {
             if let Some(cutoff) = gc_cutoff(req.now) {
                 state
                     .records
-                    .retain(|_, record| !is_garbage(record, cutoff));
+                    .retain(|_, held| !is_garbage(&held.record, cutoff));
             }
             state
                 .signals
                 .retain(|_, signal| signal.receiver_count() > 0);
         }
-        if let Some(record) = Self::live(&mut state, req.key, req.now) {
-            return ready(Claim::Existing(record.clone()));
+        let in_progress = RecordState::InProgress {
+            owner: req.owner,
+            lease_until: req.lease_until,
+        };
+        if let Some(held) = Self::live(&mut state, req.key, req.now) {
+            // U6: a key decided not applied is claimed by a call with the same fingerprint.
+            let reopens = matches!(held.record.state, RecordState::NotApplied { .. })
+                && held.record.fingerprint == *req.fingerprint;
+            if !reopens {
+                return ready(Claim::Existing(held.record.clone()));
+            }
+            let fence = held.record.fence.saturating_add(1);
+            held.record = Record {
+                fingerprint: req.fingerprint.clone(),
+                created_at: req.now,
+                expires_at: req.expires_at,
+                fence,
+                state: in_progress,
+                label: Some(req.label.clone()),
+            };
+            held.history
+                .append(&HistoryEntry::claimed(req.now, fence, req.owner));
+            Self::notify(&mut state, req.key);
+            return ready(Claim::Acquired {
+                fence,
+                reopened: true,
+            });
         }
         // F1: an expired record still held passes its fence on.
         let fence = state
             .records
             .get(req.key)
-            .map_or(1, |expired| expired.fence.saturating_add(1));
+            .map_or(1, |expired| expired.record.fence.saturating_add(1));
         state.records.insert(
             req.key.clone(),
-            Record {
-                fingerprint: req.fingerprint.clone(),
-                created_at: req.now,
-                expires_at: req.expires_at,
-                fence,
-                state: RecordState::InProgress {
-                    owner: req.owner,
-                    lease_until: req.lease_until,
+            Held {
+                record: Record {
+                    fingerprint: req.fingerprint.clone(),
+                    created_at: req.now,
+                    expires_at: req.expires_at,
+                    fence,
+                    state: in_progress,
+                    label: Some(req.label.clone()),
                 },
-                label: Some(req.label.clone()),
+                history: StoredHistory::starting(&HistoryEntry::claimed(req.now, fence, req.owner)),
             },
         );
-        ready(Claim::Acquired { fence })
+        ready(Claim::Acquired {
+            fence,
+            reopened: false,
+        })
     }
 
     fn take_over<'a>(&'a self, req: TakeoverRequest<'a>) -> StoreFuture<'a, bool> {
-        self.count();
-        let mut state = self.lock();
-        let Some(record) = Self::live(&mut state, req.key, req.now) else {
-            return ready(false);
-        };
-        let unchanged = match record.state {
-            RecordState::InProgress { owner, lease_until }
-            | RecordState::OutcomeUnknown {
-                owner, lease_until, ..
-            } => owner == req.seen_owner && lease_until == req.seen_lease_until,
-            RecordState::Completed { .. } => false,
-        };
-        if unchanged {
-            record.state = RecordState::InProgress {
-                owner: req.owner,
-                lease_until: req.lease_until,
+        let taken = self.compare_and_set(req.key, req.now, &req.entry, |record| {
+            let unchanged = match record.state {
+                RecordState::InProgress { owner, lease_until }
+                | RecordState::OutcomeUnknown {
+                    owner, lease_until, ..
+                } => owner == req.seen_owner && lease_until == req.seen_lease_until,
+                _ => false,
             };
-            record.created_at = req.now;
-            record.expires_at = req.expires_at;
-            record.fence = req.fence;
-            record.label = Some(req.label.clone());
-        }
-        ready(unchanged)
+            if unchanged {
+                record.state = RecordState::InProgress {
+                    owner: req.owner,
+                    lease_until: req.lease_until,
+                };
+                record.created_at = req.now;
+                record.expires_at = req.expires_at;
+                record.fence = req.fence;
+                record.label = Some(req.label.clone());
+            }
+            unchanged
+        });
+        ready(taken)
     }
 
     fn renew<'a>(&'a self, req: RenewRequest<'a>) -> StoreFuture<'a, bool> {
         self.count();
         let mut state = self.lock();
         let renewed = match Self::live(&mut state, req.key, req.now) {
-            Some(Record {
-                state: RecordState::InProgress { owner, lease_until },
-                expires_at,
+            Some(Held {
+                record:
+                    Record {
+                        state: RecordState::InProgress { owner, lease_until },
+                        expires_at,
+                        ..
+                    },
                 ..
             }) if *owner == req.owner => {
                 *lease_until = req.lease_until;
@@ -202,10 +273,8 @@ impl Store for MemoryStore {
     }
 
     fn mark_unknown<'a>(&'a self, req: MarkUnknownRequest<'a>) -> StoreFuture<'a, bool> {
-        self.count();
-        let mut state = self.lock();
-        let marked = match Self::live(&mut state, req.key, req.now) {
-            Some(record) => match record.state {
+        let marked =
+            self.compare_and_set(req.key, req.now, &req.entry, |record| match record.state {
                 RecordState::InProgress { owner, lease_until } if owner == req.owner => {
                     record.state = RecordState::OutcomeUnknown {
                         owner,
@@ -215,53 +284,102 @@ impl Store for MemoryStore {
                     true
                 }
                 _ => false,
-            },
-            None => false,
-        };
-        if marked {
-            Self::notify(&mut state, req.key);
-        }
+            });
         ready(marked)
     }
 
-    fn complete<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        owner: OwnerToken,
-        outcome: &'a Envelope,
-        now: Timestamp,
-    ) -> StoreFuture<'a, Completion> {
-        self.count();
-        let mut state = self.lock();
-        let completion = match Self::live(&mut state, key, now) {
-            Some(record) if matches!(record.state, RecordState::InProgress { owner: o, .. } if o == owner) =>
-            {
-                record.state = RecordState::Completed {
-                    outcome: outcome.clone(),
-                    completed_at: now,
-                };
-                Completion::Saved
+    fn complete<'a>(&'a self, req: CompleteRequest<'a>) -> StoreFuture<'a, Completion> {
+        let saved = self.compare_and_set(req.key, req.now, &req.entry, |record| {
+            if !owned_by(&record.state, req.owner) {
+                return false;
             }
-            _ => Completion::Fenced,
-        };
-        if completion == Completion::Saved {
-            Self::notify(&mut state, key);
-        }
-        ready(completion)
+            record.state = RecordState::Completed {
+                outcome: req.outcome.clone(),
+                completed_at: req.now,
+                source: req.source,
+            };
+            true
+        });
+        ready(if saved {
+            Completion::Saved
+        } else {
+            Completion::Fenced
+        })
     }
 
     fn release<'a>(&'a self, key: &'a IdempotencyKey, owner: OwnerToken) -> StoreFuture<'a, bool> {
         self.count();
         let mut state = self.lock();
-        let owned = matches!(
-            state.records.get(key),
-            Some(Record { state: RecordState::InProgress { owner: o, .. }, .. }) if *o == owner
-        );
+        let owned = state
+            .records
+            .get(key)
+            .is_some_and(|held| owned_by(&held.record.state, owner));
         if owned {
             state.records.remove(key);
             Self::notify(&mut state, key);
         }
         ready(owned)
+    }
+
+    fn transition<'a>(&'a self, req: TransitionRequest<'a>) -> StoreFuture<'a, bool> {
+        let moved = self.compare_and_set(req.key, req.now, &req.entry, |record| {
+            let seen = record.fence == req.fence
+                && match (req.seen, &record.state) {
+                    (
+                        Seen::InProgress { owner, lease_until },
+                        RecordState::InProgress {
+                            owner: o,
+                            lease_until: l,
+                        },
+                    ) => owner == *o && lease_until.is_none_or(|lease| lease == *l),
+                    (
+                        Seen::OutcomeUnknown { owner, lease_until },
+                        RecordState::OutcomeUnknown {
+                            owner: o,
+                            lease_until: l,
+                            ..
+                        },
+                    ) => owner == *o && lease_until == *l,
+                    (Seen::NotApplied, RecordState::NotApplied { .. }) => true,
+                    _ => false,
+                };
+            if !seen {
+                return false;
+            }
+            record.state = match (&req.target, &record.state) {
+                (
+                    Target::OutcomeUnknown { since },
+                    RecordState::InProgress { owner, lease_until },
+                ) => RecordState::OutcomeUnknown {
+                    owner: *owner,
+                    lease_until: *lease_until,
+                    since: *since,
+                },
+                (Target::OutcomeUnknown { .. }, _) => return false,
+                (Target::Completed { outcome, source }, _) => {
+                    record.expires_at = record.expires_at.max(req.expires_at);
+                    RecordState::Completed {
+                        outcome: (*outcome).clone(),
+                        completed_at: req.now,
+                        source: *source,
+                    }
+                }
+                (Target::NotApplied, _) => RecordState::NotApplied {
+                    decided_at: req.now,
+                },
+            };
+            true
+        });
+        ready(moved)
+    }
+
+    fn history<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        now: Timestamp,
+    ) -> StoreFuture<'a, Option<History>> {
+        let mut state = self.lock();
+        ready(Self::live(&mut state, key, now).map(|held| held.history.read()))
     }
 
     /// Scans every record in the map under its lock: O(records held), then sorts the
@@ -272,10 +390,10 @@ impl Store for MemoryStore {
         let matching = state
             .records
             .iter()
-            .filter(|(key, record)| now < record.expires_at && query.matches(key, record))
-            .map(|(key, record)| KeyedRecord {
+            .filter(|(key, held)| held.record.is_live(now) && query.matches(key, &held.record, now))
+            .map(|(key, held)| KeyedRecord {
                 key: key.clone(),
-                record: record.clone(),
+                record: held.record.clone(),
             })
             .collect();
         ready(ListPage::cut(matching, query))
@@ -292,12 +410,12 @@ impl Store for MemoryStore {
             None => PurgeOutcome::Absent,
             // Expired: absent, and left to the sweep (it keeps the fence, F1), as the other
             // stores do.
-            Some(record) if now >= record.expires_at => PurgeOutcome::Absent,
-            Some(record) if !force && StateFilter::of(&record.state) != StateFilter::Completed => {
-                PurgeOutcome::Kept(record.clone())
+            Some(held) if !held.record.is_live(now) => PurgeOutcome::Absent,
+            Some(held) if !force && !completed(&held.record) => {
+                PurgeOutcome::Kept(held.record.clone())
             }
             Some(_) => match state.records.remove(key) {
-                Some(record) => PurgeOutcome::Deleted(record),
+                Some(held) => PurgeOutcome::Deleted(held.record),
                 None => PurgeOutcome::Absent,
             },
         };
@@ -321,11 +439,11 @@ impl Store for MemoryStore {
         let mut state = self.lock();
         let mut counts = PurgeCounts::default();
         let mut deleted = Vec::new();
-        state.records.retain(|key, record| {
-            if now >= record.expires_at || !query.matches(key, record) {
+        state.records.retain(|key, held| {
+            if !held.record.is_live(now) || !query.matches(key, &held.record, now) {
                 return true;
             }
-            if !force && StateFilter::of(&record.state) != StateFilter::Completed {
+            if !force && !completed(&held.record) {
                 counts.kept += 1;
                 return true;
             }
@@ -343,9 +461,10 @@ impl Store for MemoryStore {
     fn stats<'a>(&'a self, now: Timestamp) -> StoreFuture<'a, StoreStats> {
         let state = self.lock();
         let mut stats = StoreStats::default();
-        for record in state.records.values().filter(|r| now < r.expires_at) {
+        for held in state.records.values().filter(|h| h.record.is_live(now)) {
+            let record = &held.record;
             let tool = record.label.as_ref().map_or("", |l| l.tool.as_str());
-            stats.add(tool, StateFilter::of(&record.state), 1);
+            stats.add(tool, StateFilter::at(&record.state, now), 1);
         }
         ready(stats)
     }
@@ -357,7 +476,7 @@ impl Store for MemoryStore {
     ) -> StoreFuture<'a, Option<Record>> {
         self.count();
         let mut state = self.lock();
-        ready(Self::live(&mut state, key, now).cloned())
+        ready(Self::live(&mut state, key, now).map(|held| held.record.clone()))
     }
 
     fn watch(&self, key: &IdempotencyKey) -> Option<ChangeSignal> {
@@ -384,12 +503,22 @@ impl Store for MemoryStore {
     }
 }
 
+/// Whether `record` is completed (a purge without `force` deletes only those, I4).
+fn completed(record: &Record) -> bool {
+    matches!(record.state, RecordState::Completed { .. })
+}
+
 #[cfg(test)]
 mod tests {
     use super::{MemoryStore, SWEEP_EVERY};
     use crate::clock::Timestamp;
+    use crate::envelope::Envelope;
     use crate::key::{Fingerprint, IdempotencyKey};
-    use crate::store::{Claim, ClaimRequest, OwnerToken, Store, GC_DRIFT_MARGIN_MS};
+    use crate::store::OutcomeSource;
+    use crate::store::{
+        Claim, ClaimRequest, CompleteRequest, Completion, HistoryEntry, HistoryEvent, OwnerToken,
+        Store, GC_DRIFT_MARGIN_MS,
+    };
 
     fn key(n: u64) -> IdempotencyKey {
         IdempotencyKey::from_hex(&format!("{n:064x}")).expect("64 hex digits")
@@ -413,39 +542,66 @@ mod tests {
         }
     }
 
-    // pins S8: the sweep deletes a record only once it expired more than the drift margin
-    // before the sweeping caller's `now`
+    // pins S8, G1: the sweep deletes a completed record only once it expired more than the
+    // drift margin before the sweeping caller's `now`, and never one that is not completed
+    // (in progress past its expiry)
     #[test]
     fn the_sweep_keeps_the_drift_margin() {
         let store = MemoryStore::new();
         let fingerprint = Fingerprint::from_hex(&"a".repeat(64)).expect("64 hex digits");
         let expires_at = Timestamp::from_millis(10_000_000);
-        let claim = pollster::block_on(store.claim(ClaimRequest {
+        let owners = [OwnerToken::random(), OwnerToken::random()];
+        for (n, owner) in [1, 2].into_iter().zip(owners) {
+            let claim = pollster::block_on(store.claim(ClaimRequest {
+                key: &key(n),
+                fingerprint: &fingerprint,
+                owner,
+                now: Timestamp::from_millis(0),
+                lease_until: Timestamp::from_millis(0),
+                expires_at,
+                label: &crate::RecordLabel::default(),
+            }));
+            assert!(matches!(claim, Ok(Claim::Acquired { .. })));
+        }
+        // Key 1 is completed; key 2 stays in progress (its owner died).
+        let outcome = Envelope::from_stored(r#"{"ok":1,"version":1}"#);
+        let completed_at = Timestamp::from_millis(1);
+        let completion = pollster::block_on(store.complete(CompleteRequest {
             key: &key(1),
-            fingerprint: &fingerprint,
-            owner: OwnerToken::random(),
-            now: Timestamp::from_millis(0),
-            lease_until: Timestamp::from_millis(0),
-            expires_at,
-            label: &crate::RecordLabel::default(),
+            owner: owners[0],
+            outcome: &outcome,
+            source: OutcomeSource::Executed,
+            now: completed_at,
+            entry: HistoryEntry::new(
+                completed_at,
+                HistoryEvent::Completed {
+                    source: OutcomeSource::Executed,
+                },
+                1,
+            ),
         }));
-        assert!(matches!(claim, Ok(Claim::Acquired { .. })));
+        assert_eq!(completion, Ok(Completion::Saved));
         let at_margin = Timestamp::from_millis(expires_at.as_millis() + GC_DRIFT_MARGIN_MS);
         sweep_at(&store, 100_000, at_margin);
         assert_eq!(
             store.len(),
-            1 + SWEEP_EVERY as usize,
+            2 + SWEEP_EVERY as usize,
             "kept within the margin"
         );
-        sweep_at(
-            &store,
-            200_000,
-            Timestamp::from_millis(at_margin.as_millis() + 1),
-        );
+        let past_margin = Timestamp::from_millis(at_margin.as_millis() + 1);
+        sweep_at(&store, 200_000, past_margin);
         assert_eq!(
             store.len(),
-            2 * SWEEP_EVERY as usize,
-            "collected past the margin"
+            1 + 2 * SWEEP_EVERY as usize,
+            "the completed record is collected past the margin"
+        );
+        let kept = pollster::block_on(store.read(&key(2), past_margin))
+            .expect("read")
+            .expect("a record in progress is never collected (G1) nor expires (S8)");
+        assert!(kept.is_overdue(past_margin));
+        assert_eq!(
+            pollster::block_on(store.read(&key(1), past_margin)),
+            Ok(None)
         );
     }
 }

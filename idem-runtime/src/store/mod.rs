@@ -12,21 +12,32 @@
 //! thread; in-process stores return futures that are ready at once, which is what lets
 //! sync tools drive them without an async runtime.
 
+pub mod history;
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "redis"))]
 mod in_flight;
 mod inspect;
 pub mod locator;
 #[cfg(feature = "memory")]
 mod memory;
+mod record;
 mod redact;
+mod requests;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql_row;
 
+pub use history::{
+    DecisionKind, History, HistoryEntry, HistoryEvent, UnknownReason, HISTORY_LIMIT,
+};
 pub use inspect::{
     KeyedRecord, ListCursor, ListCursorError, ListPage, ListQuery, PurgeCounts, PurgeOutcome,
     StateCounts, StateFilter, StoreStats, LIST_LIMIT_MAX,
 };
 pub use locator::{StoreConfigError, StoreLocator, DEFAULT_POSTGRES_SCHEMA, DEFAULT_REDIS_PREFIX};
+pub use record::{OutcomeSource, OwnerToken, Record, RecordState};
+pub use requests::{
+    Claim, ClaimRequest, CompleteRequest, Completion, MarkUnknownRequest, RenewRequest, Seen,
+    TakeoverRequest, Target, TransitionRequest,
+};
 
 #[cfg(feature = "memory")]
 pub use memory::MemoryStore;
@@ -55,16 +66,13 @@ use std::pin::Pin;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
-use crate::envelope::Envelope;
-use crate::key::{Fingerprint, IdempotencyKey};
-use crate::label::RecordLabel;
+use crate::key::IdempotencyKey;
 
 /// How long, in milliseconds, after a record expired a store's background garbage
 /// collection may delete it: room for clock drift between workers. One hour.
 ///
-/// Garbage collection never deletes a live record (G1): a record is deleted only once both
-/// its `expires_at` and (for a record in progress or with an unknown outcome) its
-/// `lease_until` lie more than this margin in the past **by the deleting caller's clock and
+/// Garbage collection never deletes a live record (G1): only a completed record, once its
+/// `expires_at` lies more than this margin in the past **by the deleting caller's clock and
 /// by the store's own clock** — the server's for PostgreSQL and Redis, this machine's wall
 /// clock for the memory and SQLite stores. A worker whose clock runs ahead, by an hour or
 /// by a year, therefore deletes nothing that the store's clock still sees live. Reads are
@@ -73,9 +81,8 @@ use crate::label::RecordLabel;
 pub const GC_DRIFT_MARGIN_MS: u64 = 3_600_000;
 
 /// The garbage cutoff of a background collection made by a caller whose clock reads `now`,
-/// judged also by this machine's wall clock (`SystemTime`): records whose `expires_at`
-/// (and `lease_until`, while in progress or unknown) are at or before it may be deleted
-/// (G1). `None` while either clock is within the margin of the epoch (nothing may be
+/// judged also by this machine's wall clock (`SystemTime`): completed records whose
+/// `expires_at` is at or before it may be deleted (G1). `None` while either clock is within the margin of the epoch (nothing may be
 /// deleted). For the stores without a clock of their own: memory and SQLite (a build with
 /// neither, such as idem-k4's, has no caller outside tests).
 #[cfg_attr(not(any(feature = "memory", feature = "sqlite")), allow(dead_code))]
@@ -93,16 +100,11 @@ pub(crate) fn gc_cutoff_by(now: Timestamp, store_now: Timestamp) -> Option<Times
 }
 
 /// Whether a background collection with cutoff `cutoff` ([`gc_cutoff`]) may delete
-/// `record` (G1): it expired at or before the cutoff and, unless completed, its lease
-/// lapsed at or before it too.
+/// `record` (G1): it is completed and expired at or before the cutoff. A record that is
+/// not completed is never garbage (S8, U2).
 #[cfg_attr(not(feature = "memory"), allow(dead_code))]
 pub(crate) fn is_garbage(record: &Record, cutoff: Timestamp) -> bool {
-    record.expires_at <= cutoff
-        && match &record.state {
-            RecordState::Completed { .. } => true,
-            RecordState::InProgress { lease_until, .. }
-            | RecordState::OutcomeUnknown { lease_until, .. } => *lease_until <= cutoff,
-        }
+    matches!(record.state, RecordState::Completed { .. }) && record.expires_at <= cutoff
 }
 
 /// A boxed `Send` future returning `Result<T, StoreError>`.
@@ -110,206 +112,6 @@ pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>>
 
 /// A boxed `Send` future that completes when a key's record may have changed.
 pub type ChangeSignal = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
-
-/// The random token that identifies one claim's owner; fences stale owners (S6).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct OwnerToken(u128);
-
-impl OwnerToken {
-    /// A fresh random token (122 random bits, UUID v4).
-    pub fn random() -> Self {
-        OwnerToken(uuid::Uuid::new_v4().as_u128())
-    }
-
-    /// The token as a number, for stores that keep it in a column.
-    pub fn as_u128(self) -> u128 {
-        self.0
-    }
-
-    /// A token read back from a store.
-    pub fn from_u128(raw: u128) -> Self {
-        OwnerToken(raw)
-    }
-
-    /// The token's stored text: exactly 32 lower-case hex digits.
-    pub fn to_hex(self) -> String {
-        format!("{:032x}", self.0)
-    }
-
-    /// Decodes a token stored as text, strictly: exactly 32 lower-case hex digits (the
-    /// form [`to_hex`](Self::to_hex) writes), so that the decoded token written back
-    /// compares equal to the stored text. Anything else (upper case, a sign, other
-    /// lengths) is `None`, which stores report as a corrupt record (S10).
-    pub fn from_hex(text: &str) -> Option<Self> {
-        let canonical = text.len() == 32
-            && text
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-        canonical
-            .then(|| u128::from_str_radix(text, 16).ok())
-            .flatten()
-            .map(OwnerToken)
-    }
-}
-
-impl fmt::Debug for OwnerToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "OwnerToken({:032x})", self.0)
-    }
-}
-
-/// One key's stored state (S1). A record whose `expires_at` is at or before "now" is
-/// expired and behaves as absent (S8).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Record {
-    /// Fingerprint of the arguments that claimed the key (S9).
-    pub fingerprint: Fingerprint,
-    /// When the execution that owns (or owned) the record claimed it.
-    pub created_at: Timestamp,
-    /// `created_at + ttl`: live while now < `expires_at`, expired from that instant (S8).
-    pub expires_at: Timestamp,
-    /// The fencing token of the claim or takeover that owns (or owned) the record: 1 for
-    /// the first claim of a key the store does not hold, and one more than the stored
-    /// record's for every later claim (of an expired record) and takeover (F1).
-    pub fence: u64,
-    /// In progress, outcome unknown, or completed.
-    pub state: RecordState,
-    /// What the record says about its call (P1): tool, namespace, scope. `None` for a
-    /// record written before labels existed (P4); such a record replays as any other.
-    pub label: Option<RecordLabel>,
-}
-
-/// The live states of a record (S1, U1).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RecordState {
-    /// A caller holds the claim and is running the body, renewing its lease (L1).
-    InProgress {
-        /// Who holds the claim.
-        owner: OwnerToken,
-        /// When the claim lapses unless renewed: from this instant another caller may take
-        /// over (S6, L1).
-        lease_until: Timestamp,
-    },
-    /// The owner gave up without an outcome (its body was cancelled, panicked, or ended
-    /// with "outcome unknown"; or a reconcile function could not tell): whether the effect
-    /// happened is unknown (U1). Nobody renews the lease. A tool with a reconcile function
-    /// takes the record over at once and reconciles (U3); any other caller gets
-    /// [`Error::OutcomeUnknown`](crate::Error::OutcomeUnknown) until `lease_until`, and
-    /// then takes over and runs the body again (U2).
-    OutcomeUnknown {
-        /// The owner that gave up.
-        owner: OwnerToken,
-        /// When the held claim lapses (the owner's last lease deadline).
-        lease_until: Timestamp,
-        /// When the run whose outcome is unknown claimed the key (kept across
-        /// reconciliations that could not tell).
-        since: Timestamp,
-    },
-    /// The body ran and its outcome is saved.
-    Completed {
-        /// The saved outcome (S11).
-        outcome: Envelope,
-        /// When the outcome was saved.
-        completed_at: Timestamp,
-    },
-}
-
-/// Arguments of [`Store::claim`].
-#[derive(Debug, Clone)]
-pub struct ClaimRequest<'a> {
-    /// The key to claim.
-    pub key: &'a IdempotencyKey,
-    /// Fingerprint to store with a new claim.
-    pub fingerprint: &'a Fingerprint,
-    /// Owner of the new claim.
-    pub owner: OwnerToken,
-    /// The engine clock's "now": decides expiry.
-    pub now: Timestamp,
-    /// Lease deadline of the new claim.
-    pub lease_until: Timestamp,
-    /// Expiry of the new record (`now + ttl`).
-    pub expires_at: Timestamp,
-    /// The label to store with a new claim (P1).
-    pub label: &'a RecordLabel,
-}
-
-/// What [`Store::claim`] found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Claim {
-    /// The key was absent or expired: a new in-progress record now belongs to the caller.
-    Acquired {
-        /// The new claim's fencing token: 1 if the store held no record of the key, else
-        /// the expired record's fence + 1 (F1).
-        fence: u64,
-    },
-    /// A live record exists (in progress or completed, any fingerprint); nothing changed.
-    Existing(Record),
-}
-
-/// Arguments of [`Store::take_over`]: replace an in-progress record whose lease lapsed, or
-/// a record whose outcome is unknown.
-#[derive(Debug, Clone)]
-pub struct TakeoverRequest<'a> {
-    /// The key.
-    pub key: &'a IdempotencyKey,
-    /// The owner seen in the record: the compare-and-set succeeds only if the record is
-    /// still in progress (or outcome unknown) with this owner and this lease deadline.
-    pub seen_owner: OwnerToken,
-    /// The lease deadline seen in the lapsed record.
-    pub seen_lease_until: Timestamp,
-    /// The new owner.
-    pub owner: OwnerToken,
-    /// The engine clock's "now".
-    pub now: Timestamp,
-    /// The new lease deadline.
-    pub lease_until: Timestamp,
-    /// The new expiry (`now + ttl`).
-    pub expires_at: Timestamp,
-    /// The new owner's fencing token: the seen record's fence + 1 (F1).
-    pub fence: u64,
-    /// The label to store (P1): the same call's, so it changes only a record written
-    /// before labels existed.
-    pub label: &'a RecordLabel,
-}
-
-/// Arguments of [`Store::renew`]: extend a held claim's lease (a heartbeat, L1).
-#[derive(Debug, Clone)]
-pub struct RenewRequest<'a> {
-    /// The key.
-    pub key: &'a IdempotencyKey,
-    /// The owner renewing: the compare-and-set succeeds only if the record is live and
-    /// still in progress with this owner.
-    pub owner: OwnerToken,
-    /// The engine clock's "now": decides expiry.
-    pub now: Timestamp,
-    /// The new lease deadline (`now + lease`).
-    pub lease_until: Timestamp,
-}
-
-/// Arguments of [`Store::mark_unknown`]: the owner gives up without an outcome (U1).
-#[derive(Debug, Clone)]
-pub struct MarkUnknownRequest<'a> {
-    /// The key.
-    pub key: &'a IdempotencyKey,
-    /// The owner giving up: the compare-and-set succeeds only if the record is live and
-    /// still in progress with this owner.
-    pub owner: OwnerToken,
-    /// The engine clock's "now": decides expiry.
-    pub now: Timestamp,
-    /// When the run whose outcome is unknown claimed the key.
-    pub since: Timestamp,
-}
-
-/// What [`Store::complete`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Completion {
-    /// The outcome is saved.
-    Saved,
-    /// The record no longer belongs to this owner (its lease lapsed and another caller
-    /// took over, or it expired): nothing was written (fencing, S6).
-    Fenced,
-}
 
 /// A store failure (S10). Serializable so that it can travel inside [`crate::Error`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
@@ -369,21 +171,27 @@ impl StoreError {
 
 /// Keeps idempotency records. Every method is one atomic step on one key (S2).
 ///
-/// Implementations must treat a record with `expires_at <= now` as absent (S8), must never
+/// Implementations must treat a completed record with `expires_at <= now` as absent and
+/// never expire one that is not completed ([`Record::is_live`], S8), must never
 /// drop a live record early (no LRU eviction), and must compare owner tokens on
 /// [`take_over`](Store::take_over), [`complete`](Store::complete) and
 /// [`release`](Store::release) (S6).
 pub trait Store: Send + Sync + fmt::Debug + 'static {
-    /// Insert-if-absent: if the key is absent or expired, store a new in-progress record
-    /// owned by `req.owner` and return [`Claim::Acquired`]; otherwise return the live
-    /// record untouched as [`Claim::Existing`].
+    /// Insert-if-absent: if the key is absent or expired (S8), store a new in-progress
+    /// record owned by `req.owner` whose history is one `claimed` entry
+    /// ([`HistoryEntry::claimed`]), and return [`Claim::Acquired`] (`reopened: false`). If
+    /// the key is decided not applied (U6) with `req.fingerprint`, make it in progress
+    /// likewise with the next fence, keeping and appending to its history, and return
+    /// `Acquired` with `reopened: true`. Otherwise return the live record untouched as
+    /// [`Claim::Existing`].
     fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, Claim>;
 
     /// Compare-and-set: if the key's live record is still in progress or outcome unknown
     /// with `req.seen_owner` and `req.seen_lease_until`, make it in progress again, owned
     /// by `req.owner`, with the new lease, `created_at = req.now`, the new expiry and
-    /// `req.fence`, and return `true`; otherwise change nothing and return `false`. Whether
-    /// a takeover is due (a lapsed lease, an unknown outcome) is the protocol's decision.
+    /// `req.fence`, append `req.entry` to its history, and return `true`; otherwise change
+    /// nothing and return `false`. Whether a takeover is due (a lapsed lease, an unknown
+    /// outcome) is the protocol's decision.
     fn take_over<'a>(&'a self, req: TakeoverRequest<'a>) -> StoreFuture<'a, bool>;
 
     /// Compare-and-set, the heartbeat (L1): if the key's live record is in progress and
@@ -395,23 +203,47 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 
     /// Compare-and-set (U1): if the key's live record is in progress and owned by
     /// `req.owner`, make it outcome unknown with the same owner and lease deadline and
-    /// `since = req.since`, and return `true`; otherwise change nothing and return `false`.
+    /// `since = req.since`, append `req.entry` to its history, and return `true`;
+    /// otherwise change nothing and return `false`.
     fn mark_unknown<'a>(&'a self, req: MarkUnknownRequest<'a>) -> StoreFuture<'a, bool>;
 
-    /// Compare-and-set: if the key's record is in progress and owned by `owner`, save
-    /// `outcome` (keeping `created_at` and `expires_at`) and return [`Completion::Saved`];
-    /// otherwise change nothing and return [`Completion::Fenced`].
-    fn complete<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        owner: OwnerToken,
-        outcome: &'a Envelope,
-        now: Timestamp,
-    ) -> StoreFuture<'a, Completion>;
+    /// Compare-and-set: if the key's record is in progress and owned by `req.owner`, save
+    /// `req.outcome` with `req.source` (keeping `created_at` and `expires_at`), append
+    /// `req.entry` to its history and return [`Completion::Saved`]; otherwise change
+    /// nothing and return [`Completion::Fenced`].
+    fn complete<'a>(&'a self, req: CompleteRequest<'a>) -> StoreFuture<'a, Completion>;
 
     /// Compare-and-delete: if the key's record is in progress and owned by `owner`, remove
-    /// it and return `true`; otherwise change nothing and return `false` (S4, S7).
+    /// it (with its history) and return `true`; otherwise change nothing and return
+    /// `false` (S4, S7).
     fn release<'a>(&'a self, key: &'a IdempotencyKey, owner: OwnerToken) -> StoreFuture<'a, bool>;
+
+    /// Compare-and-set (U2, U6): if the key's live record has fence `req.fence` and is in
+    /// the state `req.seen`, move it to `req.target`, append `req.entry` to its history and
+    /// return `true`; otherwise change nothing and return `false`. One atomic step, like
+    /// every other operation.
+    ///
+    /// # Errors
+    /// The default, for a store that predates decisions:
+    /// [`StoreErrorKind::Unsupported`]. The protocol then answers an unknown outcome as
+    /// held without marking it (U2), and a decision fails with that error.
+    fn transition<'a>(&'a self, req: TransitionRequest<'a>) -> StoreFuture<'a, bool> {
+        let _ = req;
+        inspect::unsupported(self.backend(), "recording transitions")
+    }
+
+    /// The history of `key`'s live record at `now` (U7), `None` without one.
+    ///
+    /// # Errors
+    /// The default: [`StoreErrorKind::Unsupported`].
+    fn history<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        now: Timestamp,
+    ) -> StoreFuture<'a, Option<History>> {
+        let _ = (key, now);
+        inspect::unsupported(self.backend(), "reading histories")
+    }
 
     /// The live record of `key` at `now`, if any.
     fn read<'a>(
@@ -499,7 +331,7 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// One round trip is, per backend:
     ///
     /// - **Redis**: one command sent on the connection and its reply. An operation is one
-    ///   `EVALSHA` (a read one `HMGET`, a purge one `EVALSHA`); when the server does not know
+    ///   `EVALSHA` (a read and a history one `HMGET`, a purge and a transition one `EVALSHA`); when the server does not know
     ///   the script yet (`NOSCRIPT`, after a restart or `SCRIPT FLUSH`) the store sends
     ///   `SCRIPT LOAD` and the `EVALSHA` again: 3 round trips. A listing is one `EVALSHA` per
     ///   batch of `max(limit + 1, 100)` index members it reads (one for a page that the
@@ -514,25 +346,28 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     ///   the pooled connection has not prepared yet (each statement is prepared once per
     ///   connection). The schema set-up on a store's first use counts its statements
     ///   (`BEGIN`, the advisory lock, the creation or upgrade batch, the version read and
-    ///   write, `COMMIT`). [`list`](Store::list), [`purge`](Store::purge),
+    ///   write, `COMMIT`). [`transition`](Store::transition) and [`history`](Store::history)
+    ///   are one statement each. [`list`](Store::list), [`purge`](Store::purge),
     ///   [`purge_matching`](Store::purge_matching) and [`stats`](Store::stats) are one
     ///   statement each; a listing and a purge by filter are one statement text per
     ///   combination of filters set, each prepared once per connection. Opening and
     ///   authenticating pooled connections is not counted.
     /// - **SQLite**: one transaction or single statement against the file (a claim is one
     ///   `BEGIN IMMEDIATE` … `COMMIT` transaction; take over, renew, mark unknown, complete,
-    ///   release, read and `SqliteStore::collect_garbage` one statement each; of the
+    ///   release, transition, read, history and `SqliteStore::collect_garbage` one statement
+    ///   each; of the
     ///   inspection operations, [`list`](Store::list) and [`stats`](Store::stats) are one
     ///   statement each, [`purge`](Store::purge) and
     ///   [`purge_matching`](Store::purge_matching) one `BEGIN IMMEDIATE` transaction each).
     ///   Opening the file and creating or migrating the schema is not counted.
     /// - **memory**: one store operation (claim, take over, renew, mark unknown, complete,
-    ///   release, read), so that the protocol's counts compare across stores. Subscribing
+    ///   release, transition, read), so that the protocol's counts compare across stores. Subscribing
     ///   to a key's change signal ([`watch`](Store::watch)) is not an operation.
     ///
     /// With any of these stores a first execution of a key costs 2 (claim, complete) and a
     /// replay 1 (claim), once scripts and statements are known to the server (S2, S3); a
-    /// body that runs longer than its heartbeat adds 1 per renewal (L1).
+    /// body that runs longer than its heartbeat adds 1 per renewal (L1). The history (U7) is
+    /// written by the same request as each transition and adds nothing.
     fn round_trips(&self) -> Option<u64> {
         None
     }

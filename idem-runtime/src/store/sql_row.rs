@@ -1,12 +1,13 @@
 //! One row of the records table as both SQL stores keep it (SQLite and PostgreSQL: times,
 //! expiry and fence as signed 64-bit integers, fingerprint and owner as hex text), and its
-//! decoding into a [`Record`] (S1, S10, F1, U1).
+//! decoding into a [`Record`] (S1, S10, F1, U1, U6).
 
 use super::{OwnerToken, Record, RecordState, StoreError};
 use crate::clock::Timestamp;
 use crate::envelope::Envelope;
 use crate::key::Fingerprint;
 use crate::label::{RecordLabel, ScopePath};
+use crate::store::OutcomeSource;
 
 /// The columns of one records-table row, as stored.
 pub(crate) struct SqlRow {
@@ -19,6 +20,11 @@ pub(crate) struct SqlRow {
     pub(crate) unknown_since: Option<i64>,
     pub(crate) outcome: Option<String>,
     pub(crate) completed_at: Option<i64>,
+    /// Where a completed outcome came from ([`OutcomeSource::as_str`]); `NULL`: executed
+    /// (every row written before schema 4, P4).
+    pub(crate) source: Option<String>,
+    /// When a person decided the key not applied (U6): set exactly in that state.
+    pub(crate) decided_at: Option<i64>,
     /// The label columns (P1): all `NULL` in a row written before labels existed (P4).
     pub(crate) label: SqlLabel,
 }
@@ -61,7 +67,8 @@ impl SqlLabel {
 impl SqlRow {
     /// The record, or the error `corrupt(what)` makes when a value is out of its domain or
     /// the columns set match no state: an owner and a lease without `unknown_since` is in
-    /// progress, with it outcome unknown; an outcome and its time is completed.
+    /// progress, with it outcome unknown; an outcome and its time is completed; only
+    /// `decided_at` is not applied.
     pub(crate) fn decode(self, corrupt: impl Fn(&str) -> StoreError) -> Result<Record, StoreError> {
         let time = |value: i64, column: &str| {
             u64::try_from(value)
@@ -74,6 +81,12 @@ impl SqlRow {
         };
         let fingerprint = Fingerprint::from_hex(&self.fingerprint)
             .ok_or_else(|| corrupt("fingerprint is not 64 lowercase hex digits"))?;
+        let source = match self.source.as_deref() {
+            None => OutcomeSource::Executed,
+            Some(text) => OutcomeSource::parse(text)
+                .ok_or_else(|| corrupt(&format!("unknown outcome source {text:?}")))?,
+        };
+        let not_applied = self.decided_at.is_some();
         let state = match (
             self.owner,
             self.lease_until,
@@ -81,6 +94,12 @@ impl SqlRow {
             self.outcome,
             self.completed_at,
         ) {
+            (None, None, None, None, None) if not_applied => RecordState::NotApplied {
+                decided_at: time(self.decided_at.unwrap_or_default(), "decided_at")?,
+            },
+            _ if not_applied => {
+                return Err(corrupt("decided_at is set beside another state's columns"))
+            }
             (Some(o), Some(lease_until), None, None, None) => RecordState::InProgress {
                 owner: owner(&o)?,
                 lease_until: time(lease_until, "lease_until")?,
@@ -93,10 +112,11 @@ impl SqlRow {
             (None, None, None, Some(outcome), Some(completed_at)) => RecordState::Completed {
                 outcome: Envelope::from_stored(outcome),
                 completed_at: time(completed_at, "completed_at")?,
+                source,
             },
             _ => {
                 return Err(corrupt(
-                    "neither in progress, outcome unknown nor completed",
+                    "neither in progress, outcome unknown, completed nor not applied",
                 ))
             }
         };

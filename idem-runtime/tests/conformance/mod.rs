@@ -20,12 +20,15 @@ use idem_runtime::{
     prepare, CallContext, CallStatus, Clock, Error, Timestamp, ToolError, ToolSpec,
 };
 
-use crate::support::{default_spec, key_of, refund, spec, FaultyStore, Harness, TestStore};
+use crate::support::{default_spec, key_of, refund, rerun, spec, FaultyStore, Harness, TestStore};
 
+#[macro_use]
+mod decisions;
 mod inspect;
 mod never_twice;
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "redis"))]
 mod shared_backend;
+pub use decisions::*;
 pub use inspect::*;
 pub use never_twice::*;
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "redis"))]
@@ -137,13 +140,13 @@ macro_rules! conformance_suite {
                 layer_errors_returned_by_a_body_are_not_saved,
                 in_progress_duplicate_gets_in_progress_after_the_wait_bound,
                 zero_wait_answers_in_progress_at_once,
-                lapsed_lease_is_taken_over_and_the_stale_owner_is_fenced,
+                rerun_lapsed_lease_is_taken_over_and_the_stale_owner_is_fenced,
                 zero_lease_is_already_lapsed,
                 future_dropped_during_the_claim_leaves_no_claim,
                 a_renewed_lease_is_never_taken_over,
-                a_dead_owner_is_taken_over_one_lease_after_its_last_renewal,
+                rerun_a_dead_owner_is_taken_over_one_lease_after_its_last_renewal,
                 the_fence_strictly_increases_across_takeovers,
-                an_unknown_outcome_holds_the_key_until_its_lease_lapses,
+                rerun_an_unknown_outcome_holds_the_key_until_its_lease_lapses,
                 a_cancelled_body_holds_the_key_as_unknown,
                 a_cancelled_body_is_reconciled_on_retry,
                 a_stale_owners_late_write_is_refused_by_the_fence,
@@ -284,7 +287,10 @@ pub async fn round_trips_are_counted_for_every_operation_and_shared_by_the_engin
                 at(90_000)
             ))
             .await,
-        Ok(Claim::Acquired { fence: 1 })
+        Ok(Claim::Acquired {
+            fence: 1,
+            reopened: false
+        })
     );
     let lapsed = TakeoverRequest {
         key: &warm,
@@ -296,11 +302,19 @@ pub async fn round_trips_are_counted_for_every_operation_and_shared_by_the_engin
         expires_at: at(90_000),
         fence: 2,
         label: &LABEL,
+        entry: crate::support::takeover_entry(),
     };
     assert_eq!(h.store.take_over(lapsed).await, Ok(true));
     let envelope = Envelope::from_stored("{\"ok\":1}".to_owned());
     assert_eq!(
-        h.store.complete(&warm, other, &envelope, at(2_500)).await,
+        h.store
+            .complete(crate::support::complete_request(
+                &warm,
+                other,
+                &envelope,
+                at(2_500)
+            ))
+            .await,
         Ok(Completion::Saved)
     );
     assert!(h.store.read(&warm, at(2_500)).await.unwrap().is_some());
@@ -320,7 +334,10 @@ pub async fn round_trips_are_counted_for_every_operation_and_shared_by_the_engin
                 at(90_000)
             ))
             .await,
-        Ok(Claim::Acquired { fence: 1 })
+        Ok(Claim::Acquired {
+            fence: 1,
+            reopened: false
+        })
     );
     assert_eq!(round_trips(&h), start + 1, "claim");
     assert!(h.store.read(&key, at(1_500)).await.unwrap().is_some());
@@ -335,11 +352,19 @@ pub async fn round_trips_are_counted_for_every_operation_and_shared_by_the_engin
         expires_at: at(90_000),
         fence: 2,
         label: &LABEL,
+        entry: crate::support::takeover_entry(),
     };
     assert_eq!(h.store.take_over(takeover).await, Ok(true));
     assert_eq!(round_trips(&h), start + 3, "take over");
     assert_eq!(
-        h.store.complete(&key, owner, &envelope, at(2_100)).await,
+        h.store
+            .complete(crate::support::complete_request(
+                &key,
+                owner,
+                &envelope,
+                at(2_100)
+            ))
+            .await,
         Ok(Completion::Fenced)
     );
     assert_eq!(
@@ -707,13 +732,14 @@ pub async fn zero_wait_answers_in_progress_at_once(make: Factory) {
     assert_eq!(out, Ok(()));
 }
 
-// pins S6, L2: after the lease lapses the first caller takes over and runs the body with the same
-// key; the stale owner finishing late cannot overwrite the new owner's record. (The owner is cut
-// off from the store: its renewals fail, so its lease lapses while its body still runs.)
-pub async fn lapsed_lease_is_taken_over_and_the_stale_owner_is_fenced(make: Factory) {
+// pins S6, L2, U2a: with `on_unknown = "rerun"`, after the lease lapses the first caller takes
+// over and runs the body with the same key; the stale owner finishing late cannot overwrite the
+// new owner's record. (The owner is cut off from the store: its renewals fail, so its lease
+// lapses while its body still runs.)
+pub async fn rerun_lapsed_lease_is_taken_over_and_the_stale_owner_is_fenced(make: Factory) {
     let (h, faulty) = faulty_harness(make);
     faulty.fail_renew.store(true, Ordering::SeqCst);
-    let spec = spec("send_refund", 86_400_000, 1_000, 0);
+    let spec = rerun(spec("send_refund", 86_400_000, 1_000, 0));
     let ctx = h.ctx("conv_lease");
     let stale = prepare(spec, Some(&ctx), |a| a.key("order", &4u64).map(drop)).unwrap();
     let key = stale.key().clone();
@@ -763,10 +789,11 @@ pub async fn lapsed_lease_is_taken_over_and_the_stale_owner_is_fenced(make: Fact
     }
 }
 
-// pins S6: a lease of zero means "already lapsed", not "no lease"
+// pins S6, U2a: a lease of zero means "already lapsed", not "no lease" (with `on_unknown =
+// "rerun"`, a duplicate takes the claim over at once)
 pub async fn zero_lease_is_already_lapsed(make: Factory) {
     let h = harness(make);
-    let spec = spec("send_refund", 86_400_000, 0, 5_000);
+    let spec = rerun(spec("send_refund", 86_400_000, 0, 5_000));
     let ctx = h.ctx("conv_zero_lease");
     let p = prepare(spec, Some(&ctx), |a| a.key("order", &8u64).map(drop)).unwrap();
     let out: Result<u64, ToolError> = p
@@ -894,11 +921,12 @@ pub async fn unreachable_store_fails_closed(make: Factory) {
     );
 }
 
-// pins S10: outcome not saved after the body ran → the caller still learns the outcome; the key stays
-// in progress until the lease lapses, so no second run happens before then
+// pins S10, U2a: outcome not saved after the body ran → the caller still learns the outcome; the
+// key stays in progress until the lease lapses, so no second run happens before then (with
+// `on_unknown = "rerun"`, the first call after it takes over)
 pub async fn unsaved_outcome_keeps_the_key_in_progress_until_the_lease_lapses(make: Factory) {
     let (h, faulty) = faulty_harness(make);
-    let spec = spec("send_refund", 86_400_000, 30_000, 0);
+    let spec = rerun(spec("send_refund", 86_400_000, 30_000, 0));
     let ctx = h.ctx("conv_unsaved");
     faulty.fail_complete.store(true, Ordering::SeqCst);
     assert_eq!(refund(spec, &ctx, &h.log, 1).await, Ok(100));
@@ -1020,7 +1048,10 @@ pub async fn store_claim_is_insert_if_absent_with_exact_expiry(make: Factory) {
     let req = claim_req(&key, &fp, a, at(0), at(100), at(1_000));
     assert_eq!(
         store.claim(req).await.unwrap(),
-        Claim::Acquired { fence: 1 }
+        Claim::Acquired {
+            fence: 1,
+            reopened: false
+        }
     );
     let in_progress = store.read(&key, at(0)).await.unwrap().unwrap();
     assert_eq!(in_progress.fingerprint, fp);
@@ -1044,7 +1075,10 @@ pub async fn store_claim_is_insert_if_absent_with_exact_expiry(make: Factory) {
     assert_eq!(store.read(&key, at(500)).await.unwrap(), Some(in_progress));
     let envelope = Envelope::encode_ok(&0u8).unwrap();
     assert_eq!(
-        store.complete(&key, a, &envelope, at(10)).await.unwrap(),
+        store
+            .complete(crate::support::complete_request(&key, a, &envelope, at(10)))
+            .await
+            .unwrap(),
         Completion::Saved
     );
     // Live at expires_at − 1 ms, absent at expires_at.
@@ -1053,7 +1087,8 @@ pub async fn store_claim_is_insert_if_absent_with_exact_expiry(make: Factory) {
         completed.state,
         RecordState::Completed {
             outcome: envelope,
-            completed_at: at(10)
+            completed_at: at(10),
+            source: idem_runtime::OutcomeSource::Executed,
         }
     );
     let req = claim_req(&key, &fp, b, at(999), at(1_099), at(1_999));
@@ -1064,7 +1099,10 @@ pub async fn store_claim_is_insert_if_absent_with_exact_expiry(make: Factory) {
     let req = claim_req(&key, &other_fp, c, at(1_000), at(1_100), at(2_000));
     assert_eq!(
         store.claim(req).await.unwrap(),
-        Claim::Acquired { fence: 2 }
+        Claim::Acquired {
+            fence: 2,
+            reopened: false
+        }
     );
     let fresh = store.read(&key, at(1_000)).await.unwrap().unwrap();
     assert_eq!(fresh.fingerprint, other_fp);
@@ -1085,7 +1123,8 @@ pub async fn store_claim_is_insert_if_absent_with_exact_expiry(make: Factory) {
     assert_eq!(store.read(&test_key(2), at(1_000)).await.unwrap(), None);
 }
 
-// pins S6: take_over is a compare-and-set on the exact (owner, lease) seen; complete checks the owner
+// pins S6, S8: take_over is a compare-and-set on the exact (owner, lease) seen; complete checks the
+// owner; a record in progress past its expires_at is still live, and only a completed one expires
 pub async fn store_take_over_and_complete_compare_the_owner(make: Factory) {
     let h = harness(make);
     let store = &h.store;
@@ -1098,7 +1137,10 @@ pub async fn store_take_over_and_complete_compare_the_owner(make: Factory) {
     let req = claim_req(&key, &fp, stale, at(0), at(100), at(10_000));
     assert_eq!(
         store.claim(req).await.unwrap(),
-        Claim::Acquired { fence: 1 }
+        Claim::Acquired {
+            fence: 1,
+            reopened: false
+        }
     );
     let takeover = |seen_owner, seen_lease_until, owner, now: u64| TakeoverRequest {
         key: &key,
@@ -1110,6 +1152,7 @@ pub async fn store_take_over_and_complete_compare_the_owner(make: Factory) {
         expires_at: at(now + 10_000),
         fence: 2,
         label: &LABEL,
+        entry: crate::support::takeover_entry(),
     };
     // A wrong seen owner or lease changes nothing.
     assert!(!store
@@ -1146,7 +1189,12 @@ pub async fn store_take_over_and_complete_compare_the_owner(make: Factory) {
     let stale_outcome = Envelope::encode_ok(&"stale").unwrap();
     assert_eq!(
         store
-            .complete(&key, stale, &stale_outcome, at(150))
+            .complete(crate::support::complete_request(
+                &key,
+                stale,
+                &stale_outcome,
+                at(150)
+            ))
             .await
             .unwrap(),
         Completion::Fenced
@@ -1155,7 +1203,15 @@ pub async fn store_take_over_and_complete_compare_the_owner(make: Factory) {
     assert_eq!(store.read(&key, at(150)).await.unwrap(), Some(record));
     let outcome = Envelope::encode_ok(&"new").unwrap();
     assert_eq!(
-        store.complete(&key, new, &outcome, at(150)).await.unwrap(),
+        store
+            .complete(crate::support::complete_request(
+                &key,
+                new,
+                &outcome,
+                at(150)
+            ))
+            .await
+            .unwrap(),
         Completion::Saved
     );
     // A completed record can be neither taken over, completed again, nor released.
@@ -1165,7 +1221,12 @@ pub async fn store_take_over_and_complete_compare_the_owner(make: Factory) {
         .unwrap());
     assert_eq!(
         store
-            .complete(&key, new, &stale_outcome, at(160))
+            .complete(crate::support::complete_request(
+                &key,
+                new,
+                &stale_outcome,
+                at(160)
+            ))
             .await
             .unwrap(),
         Completion::Fenced
@@ -1176,40 +1237,105 @@ pub async fn store_take_over_and_complete_compare_the_owner(make: Factory) {
         record.state,
         RecordState::Completed {
             outcome,
-            completed_at: at(150)
+            completed_at: at(150),
+            source: idem_runtime::OutcomeSource::Executed,
         }
     );
-    // An owner whose record expired is fenced too.
+    // A record in progress does not expire (S8): past its expires_at it is still live
+    // (overdue), a claim finds it, and its owner is fenced only by a takeover, which is
+    // the same compare-and-set as on any live record. Once completed, it expires at its
+    // own expires_at.
     let key2 = test_key(4);
     let owner = OwnerToken::random();
     let req = claim_req(&key2, &fp, owner, at(0), at(5_000), at(1_000));
     assert_eq!(
         store.claim(req).await.unwrap(),
-        Claim::Acquired { fence: 1 }
+        Claim::Acquired {
+            fence: 1,
+            reopened: false
+        }
     );
+    let overdue = store
+        .read(&key2, at(1_000))
+        .await
+        .unwrap()
+        .expect("a record in progress is live past its expires_at");
+    assert_eq!(
+        overdue.state,
+        RecordState::InProgress {
+            owner,
+            lease_until: at(5_000)
+        }
+    );
+    assert!(overdue.is_overdue(at(1_000)));
+    let req = claim_req(&key2, &fp, late, at(1_000), at(1_100), at(2_000));
+    assert_eq!(
+        store.claim(req).await.unwrap(),
+        Claim::Existing(overdue.clone()),
+        "an overdue record is not absent: no new claim over it"
+    );
+    let takeover2 = |seen_lease_until| TakeoverRequest {
+        key: &key2,
+        seen_owner: owner,
+        seen_lease_until,
+        owner: late,
+        now: at(1_000),
+        lease_until: at(1_100),
+        expires_at: at(2_000),
+        fence: 2,
+        label: &LABEL,
+        entry: crate::support::takeover_entry(),
+    };
+    assert!(!store.take_over(takeover2(at(4_999))).await.unwrap());
+    assert_eq!(store.read(&key2, at(1_000)).await.unwrap(), Some(overdue));
+    assert!(
+        store.take_over(takeover2(at(5_000))).await.unwrap(),
+        "an overdue record is taken over with the state seen, as a live one"
+    );
+    // The owner whose record was overdue is fenced by the takeover.
     assert_eq!(
         store
-            .complete(&key2, owner, &stale_outcome, at(1_000))
+            .complete(crate::support::complete_request(
+                &key2,
+                owner,
+                &stale_outcome,
+                at(1_000)
+            ))
             .await
             .unwrap(),
         Completion::Fenced
     );
-    assert!(
-        !store
-            .take_over(TakeoverRequest {
-                key: &key2,
-                seen_owner: owner,
-                seen_lease_until: at(5_000),
+    assert!(!store.release(&key2, owner).await.unwrap());
+    let taken = store.read(&key2, at(1_000)).await.unwrap().unwrap();
+    assert_eq!(
+        (taken.fence, taken.expires_at, taken.state),
+        (
+            2,
+            at(2_000),
+            RecordState::InProgress {
                 owner: late,
-                now: at(1_000),
-                lease_until: at(1_100),
-                expires_at: at(2_000),
-                fence: 2,
-                label: &LABEL,
-            })
+                lease_until: at(1_100)
+            }
+        )
+    );
+    let outcome2 = Envelope::encode_ok(&"late").unwrap();
+    assert_eq!(
+        store
+            .complete(crate::support::complete_request(
+                &key2,
+                late,
+                &outcome2,
+                at(1_050)
+            ))
             .await
             .unwrap(),
-        "an expired record is absent, not taken over"
+        Completion::Saved
+    );
+    assert!(store.read(&key2, at(1_999)).await.unwrap().is_some());
+    assert_eq!(
+        store.read(&key2, at(2_000)).await.unwrap(),
+        None,
+        "a completed record expires at its expires_at"
     );
 }
 
@@ -1222,7 +1348,10 @@ pub async fn store_release_compares_the_owner(make: Factory) {
     let req = claim_req(&key, &fp, owner, at(0), at(100), at(1_000));
     assert_eq!(
         store.claim(req).await.unwrap(),
-        Claim::Acquired { fence: 1 }
+        Claim::Acquired {
+            fence: 1,
+            reopened: false
+        }
     );
     assert!(!store.release(&key, other).await.unwrap());
     assert!(store.read(&key, at(0)).await.unwrap().is_some());
@@ -1249,11 +1378,22 @@ pub async fn store_keeps_any_envelope_text_verbatim(make: Factory) {
         let req = claim_req(&key, &fp, owner, at(0), at(100), at(1_000));
         assert_eq!(
             store.claim(req).await.unwrap(),
-            Claim::Acquired { fence: 1 }
+            Claim::Acquired {
+                fence: 1,
+                reopened: false
+            }
         );
         let envelope = Envelope::from_stored(*text);
         assert_eq!(
-            store.complete(&key, owner, &envelope, at(1)).await.unwrap(),
+            store
+                .complete(crate::support::complete_request(
+                    &key,
+                    owner,
+                    &envelope,
+                    at(1)
+                ))
+                .await
+                .unwrap(),
             Completion::Saved
         );
         match store.read(&key, at(2)).await.unwrap().unwrap().state {
@@ -1263,7 +1403,8 @@ pub async fn store_keeps_any_envelope_text_verbatim(make: Factory) {
     }
 }
 
-// pins S8, S6: extreme instants (the epoch, a saturated now + ttl) keep their order. "now" stays
+// pins S8, S6: extreme instants (the epoch, a saturated now + ttl) keep their order; a record in
+// progress does not expire, a completed one does (even at the epoch). "now" stays
 // below 2^63 ms (year 292 million): SQL stores keep instants as signed 64-bit integers,
 // saturating there, so two instants at or past it compare equal.
 pub async fn store_handles_extreme_timestamps(make: Factory) {
@@ -1275,7 +1416,10 @@ pub async fn store_handles_extreme_timestamps(make: Factory) {
     let req = claim_req(&key, &fp, owner, Timestamp::EPOCH, max, max);
     assert_eq!(
         store.claim(req).await.unwrap(),
-        Claim::Acquired { fence: 1 }
+        Claim::Acquired {
+            fence: 1,
+            reopened: false
+        }
     );
     let late = Timestamp::from_millis(i64::MAX as u64 / 2);
     let record = store
@@ -1300,16 +1444,21 @@ pub async fn store_handles_extreme_timestamps(make: Factory) {
             expires_at: max,
             fence: 2,
             label: &LABEL,
+            entry: crate::support::takeover_entry(),
         })
         .await
         .unwrap());
     let envelope = Envelope::encode_ok(&1u8).unwrap();
     assert_eq!(
-        store.complete(&key, new, &envelope, late).await.unwrap(),
+        store
+            .complete(crate::support::complete_request(&key, new, &envelope, late))
+            .await
+            .unwrap(),
         Completion::Saved
     );
     assert!(store.read(&key, late).await.unwrap().is_some());
-    // A record created at the epoch with a zero ttl is expired at once.
+    // A record created at the epoch with a zero ttl (and a zero lease) is overdue at once
+    // but, in progress, still live (S8); completed, it is expired at once.
     let key0 = test_key(21);
     let req = claim_req(
         &key0,
@@ -1321,7 +1470,32 @@ pub async fn store_handles_extreme_timestamps(make: Factory) {
     );
     assert_eq!(
         store.claim(req).await.unwrap(),
-        Claim::Acquired { fence: 1 }
+        Claim::Acquired {
+            fence: 1,
+            reopened: false
+        }
+    );
+    let overdue = store
+        .read(&key0, Timestamp::EPOCH)
+        .await
+        .unwrap()
+        .expect("a record in progress does not expire");
+    assert_eq!(
+        (overdue.created_at, overdue.expires_at),
+        (Timestamp::EPOCH, Timestamp::EPOCH)
+    );
+    assert!(overdue.is_overdue(Timestamp::EPOCH));
+    assert_eq!(
+        store
+            .complete(crate::support::complete_request(
+                &key0,
+                owner,
+                &envelope,
+                Timestamp::EPOCH
+            ))
+            .await
+            .unwrap(),
+        Completion::Saved
     );
     assert_eq!(store.read(&key0, Timestamp::EPOCH).await.unwrap(), None);
 }

@@ -17,7 +17,7 @@ use idem_runtime::{
 };
 
 use super::{at, claim_req, fingerprint, harness, test_key, Factory};
-use crate::support::{key_of, Harness};
+use crate::support::{key_of, rerun, Harness};
 
 use super::LABEL;
 
@@ -173,12 +173,13 @@ pub async fn a_renewed_lease_is_never_taken_over(make: Factory) {
     assert_eq!(ctx.last_outcome().unwrap().status, CallStatus::Replayed);
 }
 
-// pins L1, F1, U2: an owner that stops renewing (its process died: no guard ran) is taken
-// over exactly when its last renewal's lease lapses, not a millisecond before; the new run
-// knows it is a takeover of a lapsed lease and has the next fence
-pub async fn a_dead_owner_is_taken_over_one_lease_after_its_last_renewal(make: Factory) {
+// pins L1, F1, U2a: with `on_unknown = "rerun"`, an owner that stops renewing (its process
+// died: no guard ran) is taken over exactly when its last renewal's lease lapses, not a
+// millisecond before; the new run knows it is a takeover of a lapsed lease and has the next
+// fence
+pub async fn rerun_a_dead_owner_is_taken_over_one_lease_after_its_last_renewal(make: Factory) {
     let h = harness(make);
-    let spec = spec("dead_owner", 900, 0, false, OnCancel::Hold);
+    let spec = rerun(spec("dead_owner", 900, 0, false, OnCancel::Hold));
     let ctx = h.ctx("conv_dead");
     let key = key_of(spec, &ctx, 2);
     let first_claim = h.now();
@@ -216,11 +217,12 @@ pub async fn a_dead_owner_is_taken_over_one_lease_after_its_last_renewal(make: F
     assert_eq!(outcome.fence, 2);
 }
 
-// pins F1: the fence strictly increases across claim → takeover → takeover, and a later
-// claim over the expired record continues from it
+// pins F1, U2a: the fence strictly increases across claim → takeover → takeover (dead owners
+// taken over under `on_unknown = "rerun"`), and a later claim over the expired record
+// continues from it
 pub async fn the_fence_strictly_increases_across_takeovers(make: Factory) {
     let h = harness(make);
-    let spec = spec("fenced", 1_000, 0, false, OnCancel::Hold);
+    let spec = rerun(spec("fenced", 1_000, 0, false, OnCancel::Hold));
     let ctx = h.ctx("conv_fence");
     let key = key_of(spec, &ctx, 3);
     let mut fences = Vec::new();
@@ -256,12 +258,13 @@ pub async fn the_fence_strictly_increases_across_takeovers(make: Factory) {
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
-// pins U1, U2: a body that ends with "outcome unknown" leaves the key unknown: the caller gets
-// its error, later calls get OutcomeUnknown (typed, not retryable, with since and when to
-// retry) until the lease lapses; then one call runs the body again, knowing it is a takeover
-pub async fn an_unknown_outcome_holds_the_key_until_its_lease_lapses(make: Factory) {
+// pins U1, U2a: a body that ends with "outcome unknown" leaves the key unknown: the caller gets
+// its error; with `on_unknown = "rerun"`, later calls get OutcomeUnknown (typed, not retryable,
+// not held, with since and when to retry) until the lease lapses; then one call runs the body
+// again, knowing it is a takeover
+pub async fn rerun_an_unknown_outcome_holds_the_key_until_its_lease_lapses(make: Factory) {
     let h = harness(make);
-    let spec = spec("pay", 10_000, 0, false, OnCancel::Hold);
+    let spec = rerun(spec("pay", 10_000, 0, false, OnCancel::Hold));
     let ctx = h.ctx("conv_unknown");
     let key = key_of(spec, &ctx, 4);
     let claimed = h.now();
@@ -280,6 +283,7 @@ pub async fn an_unknown_outcome_holds_the_key_until_its_lease_lapses(make: Facto
             let Error::OutcomeUnknown {
                 since,
                 retry_after_ms,
+                held,
                 ..
             } = &error
             else {
@@ -288,11 +292,18 @@ pub async fn an_unknown_outcome_holds_the_key_until_its_lease_lapses(make: Facto
             assert_eq!(*since, claimed);
             assert_eq!(*retry_after_ms, Some(6_000));
             assert!(
-                error
-                    .to_string()
-                    .contains("is unknown: a run that claimed it at"),
+                !held,
+                "under `on_unknown = \"rerun\"` the key is not held for a person"
+            );
+            let text = error.to_string();
+            assert!(
+                text.contains(&format!(
+                    "is unknown since {}: a run that claimed it",
+                    claimed.to_rfc3339()
+                )),
                 "{error}"
             );
+            assert!(text.contains("the key is held for 6000 ms more"), "{error}");
         }
         other => panic!("expected OutcomeUnknown, got {other:?}"),
     }
@@ -324,11 +335,12 @@ async fn timeout_after_the_effect<F: std::future::Future>(call: F, effects: &Ato
     );
 }
 
-// pins U4, S7: a body cancelled after it began (a timeout around the call, after the effect)
-// holds the key as unknown: a retry does not run the effect again before the lease lapses
+// pins U4, S7, U2a: a body cancelled after it began (a timeout around the call, after the effect)
+// holds the key as unknown: a retry does not run the effect again before the lease lapses (with
+// `on_unknown = "rerun"`, it is told when the held claim lapses)
 pub async fn a_cancelled_body_holds_the_key_as_unknown(make: Factory) {
     let h = harness(make);
-    let spec = spec("cancelled", 30_000, 0, false, OnCancel::Hold);
+    let spec = rerun(spec("cancelled", 30_000, 0, false, OnCancel::Hold));
     let ctx = h.ctx("conv_cancel");
     let key = key_of(spec, &ctx, 5);
     let effects = Arc::new(AtomicUsize::new(0));
@@ -590,9 +602,9 @@ pub async fn finishing_survives_a_dropped_caller(make: Factory) {
     assert_eq!(again.load(Ordering::SeqCst), 0);
 }
 
-// pins L1, L2, U1, F1: renew and mark_unknown are compare-and-sets on the owner of a live
+// pins L1, L2, U1, F1, S8: renew and mark_unknown are compare-and-sets on the owner of a live
 // claim in progress; an unknown record is taken over with the seen owner and lease, and
-// neither completed nor released by its old owner
+// neither completed nor released by its old owner; a claim past its expires_at is still live
 pub async fn store_renew_and_mark_unknown_compare_the_owner(make: Factory) {
     let h = harness(make);
     let store = &h.store;
@@ -613,7 +625,10 @@ pub async fn store_renew_and_mark_unknown_compare_the_owner(make: Factory) {
             .claim(claim_req(&key, &fp, owner, at(0), at(100), at(10_000)))
             .await
             .unwrap(),
-        Claim::Acquired { fence: 1 }
+        Claim::Acquired {
+            fence: 1,
+            reopened: false
+        }
     );
     assert!(!store.renew(renew(stranger, 50, 150)).await.unwrap());
     assert!(store.renew(renew(owner, 50, 150)).await.unwrap());
@@ -630,6 +645,7 @@ pub async fn store_renew_and_mark_unknown_compare_the_owner(make: Factory) {
         owner,
         now: at(now),
         since: at(0),
+        entry: crate::support::unknown_entry(),
     };
     assert!(!store.mark_unknown(mark(stranger, 60)).await.unwrap());
     assert!(store.mark_unknown(mark(owner, 60)).await.unwrap());
@@ -650,7 +666,12 @@ pub async fn store_renew_and_mark_unknown_compare_the_owner(make: Factory) {
         idem_runtime::envelope::Envelope::from_stored("{\"ok\":1,\"version\":1}".to_owned());
     assert_eq!(
         store
-            .complete(&key, owner, &envelope, at(70))
+            .complete(crate::support::complete_request(
+                &key,
+                owner,
+                &envelope,
+                at(70)
+            ))
             .await
             .unwrap(),
         idem_runtime::store::Completion::Fenced
@@ -667,6 +688,7 @@ pub async fn store_renew_and_mark_unknown_compare_the_owner(make: Factory) {
         expires_at: at(10_080),
         fence: 2,
         label: &LABEL,
+        entry: crate::support::takeover_entry(),
     };
     assert!(!store.take_over(takeover(owner, at(149))).await.unwrap());
     assert!(store.take_over(takeover(owner, at(150))).await.unwrap());
@@ -679,11 +701,39 @@ pub async fn store_renew_and_mark_unknown_compare_the_owner(make: Factory) {
             lease_until: at(180)
         }
     );
-    // The old owner renews nothing; the new one does; an expired record renews nothing.
+    // The old owner renews nothing; the new one does, even past the record's expires_at: a
+    // record in progress does not expire (S8), and the renewal raises its expiry (L1).
     assert!(!store.renew(renew(owner, 90, 190)).await.unwrap());
     assert!(store.renew(renew(next, 90, 190)).await.unwrap());
-    assert!(!store.renew(renew(next, 10_080, 10_180)).await.unwrap());
-    assert!(!store.mark_unknown(mark(next, 10_080)).await.unwrap());
+    let read = store
+        .read(&key, at(10_080))
+        .await
+        .unwrap()
+        .expect("overdue, still live");
+    assert!(read.is_overdue(at(10_080)));
+    assert!(!store.renew(renew(owner, 10_080, 10_180)).await.unwrap());
+    assert!(store.renew(renew(next, 10_080, 10_180)).await.unwrap());
+    let read = store.read(&key, at(10_080)).await.unwrap().unwrap();
+    assert_eq!(read.expires_at, at(10_180));
+    // Overdue again, it is still marked unknown by its owner only, and stays live unknown.
+    assert!(!store.mark_unknown(mark(owner, 10_500)).await.unwrap());
+    assert!(store.mark_unknown(mark(next, 10_500)).await.unwrap());
+    let read = store
+        .read(&key, at(86_400_000))
+        .await
+        .unwrap()
+        .expect("an unknown outcome does not expire");
+    assert_eq!(
+        (read.fence, read.state),
+        (
+            2,
+            RecordState::OutcomeUnknown {
+                owner: next,
+                lease_until: at(10_180),
+                since: at(0)
+            }
+        )
+    );
     // A renewal past the record's expiry raises the expiry to the new lease deadline: a body
     // running past its TTL stays live (L1).
     let short = test_key(21);
@@ -692,7 +742,10 @@ pub async fn store_renew_and_mark_unknown_compare_the_owner(make: Factory) {
             .claim(claim_req(&short, &fp, owner, at(0), at(100), at(150)))
             .await
             .unwrap(),
-        Claim::Acquired { fence: 1 }
+        Claim::Acquired {
+            fence: 1,
+            reopened: false
+        }
     );
     let past_ttl = RenewRequest {
         key: &short,
@@ -957,15 +1010,16 @@ pub async fn a_cancelled_body_is_reconciled_on_retry(make: Factory) {
     assert_eq!(effects.load(Ordering::SeqCst), 1, "one effect");
 }
 
-// pins F2, L2, S6: an owner cut off from the store past its lease is taken over; the new
-// owner writes downstream with its larger fence; the stale owner's late write, guarded by
-// `fence < $fence` as F2 prescribes, changes nothing, and its outcome is not saved
+// pins F2, L2, S6, U2a: an owner cut off from the store past its lease is taken over (under
+// `on_unknown = "rerun"`); the new owner writes downstream with its larger fence; the stale
+// owner's late write, guarded by `fence < $fence` as F2 prescribes, changes nothing, and its
+// outcome is not saved
 pub async fn a_stale_owners_late_write_is_refused_by_the_fence(make: Factory) {
     let (h, faulty) = super::faulty_harness(make);
     faulty
         .fail_renew
         .store(true, std::sync::atomic::Ordering::SeqCst);
-    let spec = spec("fenced_write", 1_000, 0, false, OnCancel::Hold);
+    let spec = rerun(spec("fenced_write", 1_000, 0, false, OnCancel::Hold));
     let ctx = h.ctx("conv_fenced_write");
     // The downstream row: (fence, writer), written only when `fence < $fence`.
     let row = Arc::new(std::sync::Mutex::new((0u64, "")));

@@ -187,6 +187,7 @@ pub async fn mark_unknown<S: Store + ?Sized>(
             owner,
             now,
             since,
+            entry: crate::support::unknown_entry(),
         })
         .await
         .expect("mark unknown")

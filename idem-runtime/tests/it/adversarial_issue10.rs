@@ -23,12 +23,9 @@ use idem_runtime::dispatch::{
 };
 use idem_runtime::inspect::CallQuery;
 use idem_runtime::label::ScopePath;
-use idem_runtime::store::{Completion, OwnerToken, StoreFuture};
+use idem_runtime::store::{CompleteRequest, Completion, StoreFuture};
 use idem_runtime::testkit::{EffectLog, FailOn, LosingTransport};
-use idem_runtime::{
-    prepare, CallStatus, Engine, Envelope, IdempotencyKey, MemoryStore, Scope, Store, Timestamp,
-    ToolError, ToolSpec,
-};
+use idem_runtime::{prepare, CallStatus, Engine, MemoryStore, Scope, Store, ToolError, ToolSpec};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -631,14 +628,11 @@ impl Intercept for SlowAck {
     fn complete<'a>(
         &'a self,
         inner: &'a dyn Store,
-        key: &'a IdempotencyKey,
-        owner: OwnerToken,
-        outcome: &'a Envelope,
-        now: Timestamp,
+        req: CompleteRequest<'a>,
     ) -> StoreFuture<'a, Completion> {
         let delay = self.ack_delay;
         Box::pin(async move {
-            let done = inner.complete(key, owner, outcome, now).await;
+            let done = inner.complete(req).await;
             tokio::time::sleep(delay).await;
             done
         })

@@ -20,6 +20,8 @@ use idem_runtime::{
     Store, ToolError, ToolSpec,
 };
 
+use crate::support::rerun;
+
 /// A leaked spec.
 fn spec(
     name: &'static str,
@@ -151,15 +153,23 @@ async fn l1_live_owner_is_run_over_when_the_ttl_passes() {
 // U1/U2: an unknown outcome is released by a takeover's retryable error.
 // ---------------------------------------------------------------------------------------
 
-// pins U1, U2 (was a bug: B's release deleted the record and C ran blind with fence 1): run A
-// ends with outcome-unknown (its effect may have happened). After the held lease lapses, run
-// B takes over (is_takeover = true) and its body fails with a *retryable* error ("my
-// downstream call did not go out"). B's "did not happen" says nothing of A's run: the key
-// stays unknown, and C, once B's held lease lapsed, takes over with a larger fence, told so.
+// pins U1, U2a (was a bug: B's release deleted the record and C ran blind with fence 1): run A
+// ends with outcome-unknown (its effect may have happened). Under `on_unknown = "rerun"`,
+// after the held lease lapses, run B takes over (is_takeover = true) and its body fails with a
+// *retryable* error ("my downstream call did not go out"). B's "did not happen" says nothing
+// of A's run: the key stays unknown, and C, once B's held lease lapsed, takes over with a
+// larger fence, told so.
 #[tokio::test]
 async fn u1_retryable_error_after_takeover_forgets_the_unknown_outcome() {
     let m = mem();
-    let spec = spec("adv7_forget", 86_400_000, 1_000, 0, false, OnCancel::Hold);
+    let spec = rerun(spec(
+        "adv7_forget",
+        86_400_000,
+        1_000,
+        0,
+        false,
+        OnCancel::Hold,
+    ));
     let c = ctx(&m.engine, "conv_forget");
     let a = prep(spec, &c, 1)
         .run(async { Err::<u64, _>(ToolError::outcome_unknown("bank timed out")) })
@@ -233,12 +243,19 @@ impl Downstream {
 // replaces C's.
 // Fixed: B's retryable error after a takeover keeps the key unknown (U1) instead of
 // releasing it, so C takes over with fence 4 once B's lease lapsed, and A's late write (fence
-// 2) is refused downstream.
-// pins F2, U1
+// 2) is refused downstream. (The takeovers are `on_unknown = "rerun"`'s, U2a.)
+// pins F2, U1, U2a
 #[tokio::test]
 async fn f2_a_stale_owners_late_write_is_refused_even_after_a_retryable_error() {
     let m = mem();
-    let spec = spec("adv7_fence", 86_400_000, 1_000, 0, false, OnCancel::Hold);
+    let spec = rerun(spec(
+        "adv7_fence",
+        86_400_000,
+        1_000,
+        0,
+        false,
+        OnCancel::Hold,
+    ));
     let c = ctx(&m.engine, "conv_fence");
     let down = Arc::new(Downstream::default());
     let x = prep(spec, &c, 1)
@@ -296,14 +313,15 @@ async fn f2_a_stale_owners_late_write_is_refused_even_after_a_retryable_error() 
 }
 
 // ---------------------------------------------------------------------------------------
-// Held: the fence strictly increases under concurrent takeovers and claims over expired
-// records (memory).
+// Held: the fence strictly increases under concurrent takeovers (`on_unknown = "rerun"`),
+// also past the record's TTL: a record that is not completed does not expire, so every
+// round after the first takes it over instead of claiming afresh (memory; F1, S8, U2a).
 // ---------------------------------------------------------------------------------------
 
 #[tokio::test]
 async fn held_fences_strictly_increase_under_racing_takeovers() {
     let m = mem();
-    let spec = spec("adv7_race", 5_000, 1_000, 0, false, OnCancel::Hold);
+    let spec = rerun(spec("adv7_race", 5_000, 1_000, 0, false, OnCancel::Hold));
     let c = ctx(&m.engine, "conv_race");
     let mut last = 0u64;
     for round in 0..30 {
@@ -313,7 +331,10 @@ async fn held_fences_strictly_increase_under_racing_takeovers() {
         for _ in 0..8 {
             let f = fences.clone();
             futs.push(Box::pin(prep(spec, &c, 1).run(async move {
-                f.lock().unwrap().push(current_attempt().unwrap().fence());
+                let attempt = current_attempt().unwrap();
+                f.lock()
+                    .unwrap()
+                    .push((attempt.fence(), attempt.is_takeover()));
                 if round % 2 == 0 {
                     Err::<u64, _>(ToolError::outcome_unknown("x"))
                 } else {
@@ -329,16 +350,19 @@ async fn held_fences_strictly_increase_under_racing_takeovers() {
         let fences = fences.lock().unwrap().clone();
         assert_eq!(fences.len(), 1, "round {round}: {fences:?}");
         if round % 7 == 6 {
-            m.clock.advance(Duration::from_millis(5_001)); // expire: claim over expired
+            // Past the TTL: the record, unknown or in progress, does not expire (S8).
+            m.clock.advance(Duration::from_millis(5_001));
         } else {
             m.clock.advance(Duration::from_millis(1_001));
         }
-        assert!(
-            fences[0] > last,
-            "round {round}: fence {} after {last}",
-            fences[0]
+        let (fence, takeover) = fences[0];
+        assert!(fence > last, "round {round}: fence {fence} after {last}");
+        assert_eq!(
+            takeover,
+            round > 0,
+            "round {round}: every run after the first takes the record over"
         );
-        last = fences[0];
+        last = fence;
     }
 }
 
@@ -558,12 +582,20 @@ async fn held_extreme_spans_and_instants_do_not_panic() {
         println!("start {start}: replay {again:?}");
     }
 }
-// Held (L2): a stalled owner whose claim was taken over learns it at its next renewal:
-// `fenced()` completes, `is_fenced()` is true, and its outcome is not saved.
+// Held (L2, U2a): a stalled owner whose claim was taken over (`on_unknown = "rerun"`) learns
+// it at its next renewal: `fenced()` completes, `is_fenced()` is true, and its outcome is not
+// saved.
 #[tokio::test]
 async fn held_stalled_owner_is_fenced_and_its_outcome_refused() {
     let m = mem();
-    let spec = spec("adv7_fenced", 86_400_000, 1_000, 0, false, OnCancel::Hold);
+    let spec = rerun(spec(
+        "adv7_fenced",
+        86_400_000,
+        1_000,
+        0,
+        false,
+        OnCancel::Hold,
+    ));
     let c = ctx(&m.engine, "conv_fenced");
     let mut stale = Box::pin(prep(spec, &c, 1).run(async {
         let at = current_attempt().unwrap();
@@ -693,11 +725,12 @@ mod dispatch_checks {
             .all(|d| *d >= Duration::from_secs(20)));
     }
 
-    // Held: a body's outcome-unknown error and the layer's OutcomeUnknown are not retried.
+    // Held (D3, U2a): a body's outcome-unknown error and the layer's OutcomeUnknown are not
+    // retried; under `on_unknown = "rerun"` the latter says when the held claim lapses.
     #[tokio::test]
     async fn held_outcome_unknown_is_not_retried() {
         let m = mem();
-        let spec = global_spec("adv7_disp_unknown");
+        let spec = rerun(global_spec("adv7_disp_unknown"));
         let tool = Tool::from_async(spec.name, move |a: Args, _ctx| async move {
             prepare(spec, None, |b| b.key("order", &a.order).map(drop))?
                 .run(async { Err::<u64, _>(ToolError::outcome_unknown("bank timed out")) })

@@ -259,7 +259,6 @@ async fn storm(handles: Vec<Arc<dyn Store>>, keys: u16, workers: usize, rounds: 
                         .await
                         .expect("claim");
                     let mine = match claim {
-                        Claim::Acquired { .. } => true,
                         Claim::Existing(record) => match record.state {
                             idem_runtime::store::RecordState::InProgress {
                                 owner: seen,
@@ -275,12 +274,13 @@ async fn storm(handles: Vec<Arc<dyn Store>>, keys: u16, workers: usize, rounds: 
                                     expires_at: at(86_400_000),
                                     fence: 2,
                                     label: &LABEL,
+                                    entry: crate::support::takeover_entry(),
                                 })
                                 .await
                                 .expect("take over"),
-                            idem_runtime::store::RecordState::Completed { .. }
-                            | idem_runtime::store::RecordState::OutcomeUnknown { .. } => false,
+                            _ => false,
                         },
+                        _ => true, // acquired
                     };
                     if !mine {
                         continue;
@@ -293,7 +293,9 @@ async fn storm(handles: Vec<Arc<dyn Store>>, keys: u16, workers: usize, rounds: 
                         let text = format!(r#"{{"ok":"{owner:?}","version":1}}"#);
                         let envelope = Envelope::from_stored(text.clone());
                         if store
-                            .complete(&key, owner, &envelope, now)
+                            .complete(crate::support::complete_request(
+                                &key, owner, &envelope, now,
+                            ))
                             .await
                             .expect("complete")
                             == Completion::Saved
@@ -359,6 +361,20 @@ where
     F: FnOnce(IdempotencyKey) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
+    let spec = support::spec("spin", 86_400_000, 60_000, 0);
+    call_on_rewritten_record_of(spec, store, corrupt).await
+}
+
+/// [`call_on_rewritten_record`] with the tool `spec` (named `spin`).
+async fn call_on_rewritten_record_of<F, Fut>(
+    spec: &'static idem_runtime::ToolSpec,
+    store: Arc<dyn Store>,
+    corrupt: F,
+) -> (Option<Result<u64, idem_runtime::ToolError>>, usize, usize)
+where
+    F: FnOnce(IdempotencyKey) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
     use idem_runtime::testkit::ManualClock;
     use idem_runtime::{prepare, CallContext, Clock, Engine};
     let counting = Arc::new(support::FaultyStore::wrapping(store));
@@ -367,7 +383,6 @@ where
     let ctx = CallContext::new()
         .with_engine(engine)
         .with_conversation("conv_spin");
-    let spec = support::spec("spin", 86_400_000, 60_000, 0);
     let prepared = prepare(spec, Some(&ctx), |a| a.key("order", &1u64).map(drop)).unwrap();
     let (key, fingerprint) = (prepared.key().clone(), prepared.fingerprint().clone());
     drop(prepared);
@@ -436,6 +451,7 @@ fn assert_corrupt_error(
 #[derive(Debug, Default)]
 struct RefusingTakeovers {
     takeovers: AtomicUsize,
+    transitions: AtomicUsize,
 }
 
 impl Intercept for RefusingTakeovers {
@@ -452,22 +468,35 @@ impl Intercept for RefusingTakeovers {
             Ok(false)
         })
     }
+    fn transition<'a>(
+        &'a self,
+        _: &'a dyn Store,
+        _: idem_runtime::store::TransitionRequest<'a>,
+    ) -> idem_runtime::store::StoreFuture<'a, bool> {
+        self.transitions.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async {
+            tokio::task::yield_now().await;
+            Ok(false)
+        })
+    }
     fn backend(&self) -> Option<&'static str> {
         Some("refusing")
     }
 }
 
-// pins S5 (the wait is bounded, no busy loop): a lapsed record whose take-over keeps failing
-// (the compare-and-set never matches what the claim returned) makes the call answer
-// InProgress once its wait bound (0 ms) has passed, after a bounded number of take-overs,
-// without running the body.
+// pins S5 (the wait is bounded, no busy loop), U2a: a lapsed record whose take-over (under
+// `on_unknown = "rerun"`) keeps failing (the compare-and-set never matches what the claim
+// returned) makes the call answer InProgress once its wait bound (0 ms) has passed, after a
+// bounded number of take-overs, without running the body.
 #[tokio::test]
 async fn failing_takeovers_never_spin() {
     let refusing = Arc::new(Intercepted::new(
         Arc::new(idem_runtime::MemoryStore::new()),
         RefusingTakeovers::default(),
     ));
-    let (out, claims, runs) = call_on_rewritten_record(refusing.clone(), |_| async {}).await;
+    let spec = support::rerun(support::spec("spin", 86_400_000, 60_000, 0));
+    let (out, claims, runs) =
+        call_on_rewritten_record_of(spec, refusing.clone(), |_| async {}).await;
     assert_eq!(runs, 0, "the body ran without a claim");
     let takeovers = refusing.takeovers.load(Ordering::SeqCst);
     match out {
@@ -477,6 +506,38 @@ async fn failing_takeovers_never_spin() {
     }
     assert!(takeovers <= 2, "{takeovers} take-overs before answering");
     assert!(claims <= 3, "{claims} claims before answering");
+}
+
+// pins S5 (no busy loop), U1, U2: under the default `on_unknown = "hold"`, a lapsed record
+// whose marking as unknown keeps failing (the compare-and-set never matches) makes the call
+// answer the held OutcomeUnknown after a bounded number of tries — the lapsed claim counts
+// as unknown all the same — without running the body.
+#[tokio::test]
+async fn failing_marks_never_spin() {
+    let refusing = Arc::new(Intercepted::new(
+        Arc::new(idem_runtime::MemoryStore::new()),
+        RefusingTakeovers::default(),
+    ));
+    let spec = support::spec("spin_held", 86_400_000, 60_000, 0);
+    let (out, claims, runs) =
+        call_on_rewritten_record_of(spec, refusing.clone(), |_| async {}).await;
+    assert_eq!(runs, 0, "the body ran without a claim");
+    let marks = refusing.transitions.load(Ordering::SeqCst);
+    match out {
+        Some(Err(idem_runtime::ToolError::Idem(idem_runtime::Error::OutcomeUnknown {
+            held: true,
+            ..
+        }))) => {}
+        Some(other) => panic!("expected the held OutcomeUnknown, got {other:?}"),
+        None => panic!("the call spun through {claims} claims and {marks} marks"),
+    }
+    assert!(marks <= 2, "{marks} marks before answering");
+    assert!(claims <= 3, "{claims} claims before answering");
+    assert_eq!(
+        refusing.takeovers.load(Ordering::SeqCst),
+        0,
+        "never taken over"
+    );
 }
 
 #[cfg(feature = "sqlite")]
@@ -658,7 +719,8 @@ mod redis_backend {
         storm(vec![Arc::new(a), Arc::new(b)], 4, 8, 10).await;
     }
 
-    // pins S8: Redis's own expiry never drops a live record early, whatever the TTL: at the
+    // pins S8, G1: Redis's own expiry never drops a live record early, whatever the TTL: a
+    // claim (not completed) carries none; once completed, at the
     // largest garbage deadline it sets (GC_MAX_MS), one ms past it (no expiry at all), a
     // saturated expiry (u64::MAX), and a 1 ms TTL (deadline = the 1 h margin); a PEXPIRE that
     // overflowed would make Redis refuse the claim, or delete the key at once
@@ -681,11 +743,12 @@ mod redis_backend {
             let key = raw_key(0x0e00 + n as u16);
             let fingerprint = fp(5);
             let expires_at = Timestamp::from_millis(now.as_millis().saturating_add(span));
+            let owner = OwnerToken::random();
             let claim = store
                 .claim(ClaimRequest {
                     key: &key,
                     fingerprint: &fingerprint,
-                    owner: OwnerToken::random(),
+                    owner,
                     now,
                     lease_until: now,
                     expires_at,
@@ -694,6 +757,19 @@ mod redis_backend {
                 .await
                 .unwrap();
             assert!(matches!(claim, Claim::Acquired { .. }), "span {span}");
+            // S8, G1: a record that is not completed carries no Redis expiry at all.
+            match raw(&["PTTL", &store.record_key(&key)]).await {
+                ::redis::Value::Int(-1) => {}
+                other => panic!("span {span}: an in-progress record has no expiry: {other:?}"),
+            }
+            let envelope = idem_runtime::envelope::Envelope::from_stored(
+                "{\"ok\":1,\"version\":1}".to_owned(),
+            );
+            let completing = crate::support::complete_request(&key, owner, &envelope, now);
+            assert_eq!(
+                store.complete(completing).await.unwrap(),
+                idem_runtime::store::Completion::Saved
+            );
             let pttl = match raw(&["PTTL", &store.record_key(&key)]).await {
                 ::redis::Value::Int(pttl) => pttl,
                 other => panic!("{other:?}"),
@@ -1055,8 +1131,9 @@ fn postgres_tool_store_outlives_its_first_runtime() {
 // Clocks that disagree between callers (S6): every decision uses the caller's own clock.
 // ---------------------------------------------------------------------------------------
 
-/// Two callers share `store`; B's clock runs `skew_ms` ahead of A's. A claims (lease 100 ms)
-/// and its body is still running when A's clock reads 100 − `skew_ms` ms later, which B's
+/// Two callers share `store`; B's clock runs `skew_ms` ahead of A's. A claims (lease 100 ms,
+/// `on_unknown = "rerun"`, U2a) and its body is still running when A's clock reads
+/// 100 − `skew_ms` ms later, which B's
 /// clock reads as the lease deadline: B takes over and runs the body while, by A's clock, A's
 /// lease still had `skew_ms` to go. Fencing holds: A's late completion is refused, B's outcome
 /// is the one saved and replayed. A is cut off from the store's renewals (its renewals fail,
@@ -1079,7 +1156,7 @@ async fn skewed_clocks(store: Arc<dyn Store>, skew_ms: u64) -> usize {
         ctx(Arc::new(cut_off), &clock_a),
         ctx(store.clone(), &clock_b),
     );
-    let spec = support::spec("skewed", 86_400_000, 100, 0);
+    let spec = support::rerun(support::spec("skewed", 86_400_000, 100, 0));
     let runs = Arc::new(AtomicUsize::new(0));
     let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
     let (finish_tx, finish_rx) = tokio::sync::oneshot::channel::<()>();
@@ -1144,14 +1221,14 @@ async fn skew_probe(make: impl Fn() -> Arc<dyn Store>) {
     );
 }
 
-// pins S6: what two callers whose clocks disagree by a few ms get (memory store)
+// pins S6, U2a: what two callers whose clocks disagree by a few ms get (memory store)
 #[tokio::test]
 async fn skewed_clocks_memory() {
     skew_probe(|| Arc::new(idem_runtime::MemoryStore::new())).await;
 }
 
 #[cfg(feature = "sqlite")]
-// pins S6: what two callers whose clocks disagree by a few ms get (SQLite, one file)
+// pins S6, U2a: what two callers whose clocks disagree by a few ms get (SQLite, one file)
 #[tokio::test]
 async fn skewed_clocks_sqlite() {
     skew_probe(|| Arc::new(idem_runtime::SqliteStore::open_in_memory().unwrap())).await;
@@ -1191,7 +1268,15 @@ async fn big_envelopes(store: Arc<dyn Store>) {
         assert!(matches!(claim, Claim::Acquired { .. }));
         let envelope = Envelope::from_stored(text.clone());
         assert_eq!(
-            store.complete(&key, owner, &envelope, at(1)).await.unwrap(),
+            store
+                .complete(crate::support::complete_request(
+                    &key,
+                    owner,
+                    &envelope,
+                    at(1)
+                ))
+                .await
+                .unwrap(),
             Completion::Saved
         );
         match store.read(&key, at(2)).await.unwrap().map(|r| r.state) {
@@ -1467,7 +1552,7 @@ async fn churn(handles: Vec<Arc<dyn Store>>, workers: usize, rounds: usize) -> V
                             errors.lock().unwrap().push(e.to_string());
                         }
                     }
-                    Ok(Claim::Existing(_)) => {}
+                    Ok(_) => {}
                     Err(e) => errors.lock().unwrap().push(e.to_string()),
                 }
             }
@@ -1681,7 +1766,12 @@ async fn fast_clock_gc_postgres() {
     assert!(matches!(claim, Claim::Acquired { .. }));
     let envelope = Envelope::from_stored(r#"{"ok":1,"version":1}"#);
     assert_eq!(
-        store.complete(&key, owner, &envelope, p_now).await.unwrap(),
+        store
+            .complete(crate::support::complete_request(
+                &key, owner, &envelope, p_now
+            ))
+            .await
+            .unwrap(),
         Completion::Saved
     );
     let q_now = at(25 * 3_600_000);

@@ -5,3 +5,5 @@ use crate::conformance;
 use crate::support;
 
 conformance_suite!(memory, super::support::TestStore::memory);
+
+decisions_suite!(memory_decisions, super::support::TestStore::memory);

@@ -1,9 +1,10 @@
 //! The store conformance suite (contract S1–S12) on the PostgreSQL store, then what only a
 //! shared server can show: two stores (two pools) on one schema, a new store replaying what
-//! an old one saved, garbage collection (judged by the server's clock too, G1), the schema
-//! version and the migration from version 1, typed errors, and the sync path without a
-//! runtime refused; and the store-level rules of issue 7: fencing tokens (F1), the
-//! heartbeat (L1) and unknown outcomes (U1).
+//! an old one saved, garbage collection (judged by the server's clock too, and never of a
+//! record that is not completed, G1), the schema version and the upgrades from versions 1,
+//! 2 and 3 (P4), typed errors, and the sync path without a runtime refused; and the
+//! store-level rules of issues 7 and 17: fencing tokens (F1), the heartbeat (L1), unknown
+//! outcomes (U1) and records that are not completed staying live past their expiry (S8).
 //!
 //! The server is `IDEM_TEST_POSTGRES_URL` (default `postgres://postgres@127.0.0.1:5432/test`).
 //! Every store made here lives in a fresh schema `idem_test_<32 hex digits>`, dropped when
@@ -19,8 +20,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_runtime::store::{
-    Claim, ClaimRequest, Completion, ListQuery, MarkUnknownRequest, OwnerToken, PurgeOutcome,
-    Record, RecordState, RenewRequest, TakeoverRequest, POSTGRES_SCHEMA_VERSION,
+    Claim, ClaimRequest, Completion, DecisionKind, History, HistoryEvent, ListQuery,
+    MarkUnknownRequest, OwnerToken, PurgeOutcome, Record, RecordState, RenewRequest, Seen,
+    TakeoverRequest, Target, TransitionRequest, POSTGRES_SCHEMA_VERSION,
 };
 use idem_runtime::{
     prepare, Clock, Envelope, Fingerprint, IdempotencyKey, PostgresConnectError, PostgresStore,
@@ -145,6 +147,7 @@ fn postgres() -> TestStore {
 }
 
 conformance_suite!(postgres, super::postgres, async_only);
+decisions_suite!(postgres_decisions, super::postgres);
 
 // pins S2 (across pools, as across processes): two stores with a pool each, 32 tasks each, on
 // the same 8 keys → exactly one execution per key, and every caller gets that execution's outcome
@@ -226,7 +229,7 @@ fn the_sync_path_without_a_runtime_is_unsupported() {
     assert_eq!(h.log.len(), 0);
 }
 
-// pins S8: garbage collection deletes expired rows only
+// pins S8, G1: garbage collection deletes expired rows only (here completed ones, at their ttl)
 #[tokio::test]
 async fn garbage_collection_deletes_only_expired_rows() {
     let schema = Schema::fresh();
@@ -305,8 +308,9 @@ async fn errors_are_typed_and_name_the_url_without_its_password() {
     assert_eq!(h.log.len(), 0, "no body runs without a claim");
 }
 
-// pins S10: a schema of another version (newer than this build, or older than version 1) is
-// refused (Unsupported), not touched
+// pins S10, P4: this build's schema is version 4; a schema of another version (newer than this
+// build: the next one or any later one; or older than version 1) is refused (Unsupported), not
+// touched
 #[tokio::test]
 async fn another_schema_version_is_refused() {
     let schema = Schema::fresh();
@@ -316,9 +320,10 @@ async fn another_schema_version_is_refused() {
     });
     let ctx = h.ctx("conv_version");
     assert_eq!(refund(default_spec(), &ctx, &h.log, 1).await, Ok(100));
-    assert_eq!(POSTGRES_SCHEMA_VERSION, 3);
+    assert_eq!(POSTGRES_SCHEMA_VERSION, 4);
+    assert_eq!(schema.version(), Some(4));
     let key = ctx.last_outcome().unwrap().key;
-    for version in [99, 0] {
+    for version in [5, 99, 0] {
         schema.admin(&format!(
             "UPDATE {{schema}}.meta SET value = {version} WHERE name = 'schema_version'"
         ));
@@ -430,9 +435,38 @@ async fn costs<T>(store: &PostgresStore, op: impl std::future::Future<Output = T
     (out, store.round_trips().expect("counted") - before)
 }
 
-// pins F1: the fence strictly increases per key: a first claim gets 1, each takeover stores the
-// caller's seen fence + 1, and a claim over an expired record the store still holds (in
-// progress or completed) gets that record's fence + 1; a released (deleted) key starts at 1
+/// A person's decision "not applied" (U6) on `key`'s unknown outcome, held by `owner` with
+/// the lease deadline `lease_until` and fence `fence`, at `now`: whether it was recorded.
+async fn decide_not_applied(
+    store: &PostgresStore,
+    key: &IdempotencyKey,
+    owner: OwnerToken,
+    lease_until: u64,
+    fence: u64,
+    now: u64,
+) -> bool {
+    let request = TransitionRequest {
+        key,
+        fence,
+        seen: Seen::OutcomeUnknown {
+            owner,
+            lease_until: at(lease_until),
+        },
+        target: Target::NotApplied,
+        now: at(now),
+        expires_at: at(now),
+        entry: support::entry(HistoryEvent::Resolved {
+            decision: DecisionKind::NotApplied,
+        }),
+    };
+    store.transition(request).await.expect("transition")
+}
+
+// pins F1, S8: the fence strictly increases per key: a first claim gets 1, each takeover stores
+// the caller's seen fence + 1, and a claim over an expired completed record the store still
+// holds gets that record's fence + 1; a released (deleted) key starts at 1. A record that is not
+// completed (in progress, outcome unknown) past its `expires_at` is live: a claim answers it
+// untouched, and only a takeover passes its fence on
 #[tokio::test]
 async fn fences_increase_across_claims_takeovers_and_expiry() {
     let schema = Schema::fresh();
@@ -447,7 +481,10 @@ async fn fences_increase_across_claims_takeovers_and_expiry() {
     );
     assert_eq!(
         store.claim(claim_at(&key, a, 0, 100, 1_000)).await,
-        Ok(Claim::Acquired { fence: 1 })
+        Ok(Claim::Acquired {
+            fence: 1,
+            reopened: false
+        })
     );
     let mut seen = record(&store, &key, 0).await;
     assert_eq!(seen.fence, 1);
@@ -466,6 +503,7 @@ async fn fences_increase_across_claims_takeovers_and_expiry() {
             expires_at: at(now + 1_000),
             fence: seen.fence + 1,
             label: &LABEL,
+            entry: crate::support::takeover_entry(),
         };
         assert_eq!(store.take_over(takeover).await, Ok(true));
         let next = record(&store, &key, now).await;
@@ -482,13 +520,38 @@ async fn fences_increase_across_claims_takeovers_and_expiry() {
         seen = next;
     }
     assert_eq!(seen.fence, 3);
-    // expired in progress (at 1_200): a new claim passes the fence on
+    // in progress past its expiry (at 1_200, lease lapsed at 300): still live (S8), a claim
+    // answers it as it is, fence and all
+    assert_eq!(seen.expires_at, at(1_200));
+    match store.claim(claim_at(&key, d, 1_200, 1_300, 2_000)).await {
+        Ok(Claim::Existing(existing)) => assert_eq!(existing, seen),
+        other => panic!("the overdue claim in progress, got {other:?}"),
+    }
+    assert_eq!(record(&store, &key, 1_200).await, seen, "unchanged");
+    // a takeover of it passes the fence on
+    let takeover = TakeoverRequest {
+        key: &key,
+        seen_owner: c,
+        seen_lease_until: at(300),
+        owner: d,
+        now: at(1_200),
+        lease_until: at(1_300),
+        expires_at: at(2_000),
+        fence: seen.fence + 1,
+        label: &LABEL,
+        entry: crate::support::takeover_entry(),
+    };
+    assert_eq!(store.take_over(takeover).await, Ok(true));
+    assert_eq!(record(&store, &key, 1_200).await.fence, 4);
     assert_eq!(
-        store.claim(claim_at(&key, d, 1_200, 1_300, 2_000)).await,
-        Ok(Claim::Acquired { fence: 4 })
-    );
-    assert_eq!(
-        store.complete(&key, d, &ok_envelope(), at(1_250)).await,
+        store
+            .complete(crate::support::complete_request(
+                &key,
+                d,
+                &ok_envelope(),
+                at(1_250)
+            ))
+            .await,
         Ok(Completion::Saved)
     );
     assert_eq!(
@@ -499,7 +562,10 @@ async fn fences_increase_across_claims_takeovers_and_expiry() {
     // expired completed (at 2_000): the fence goes on
     assert_eq!(
         store.claim(claim_at(&key, e, 2_000, 2_100, 3_000)).await,
-        Ok(Claim::Acquired { fence: 5 })
+        Ok(Claim::Acquired {
+            fence: 5,
+            reopened: false
+        })
     );
     let live = record(&store, &key, 2_000).await;
     assert_eq!(live.fence, 5);
@@ -519,22 +585,56 @@ async fn fences_increase_across_claims_takeovers_and_expiry() {
     assert_eq!(store.release(&key, e).await, Ok(true));
     assert_eq!(
         store.claim(claim_at(&key, a, 2_002, 2_102, 3_002)).await,
-        Ok(Claim::Acquired { fence: 1 })
+        Ok(Claim::Acquired {
+            fence: 1,
+            reopened: false
+        })
     );
-    // expired with an unknown outcome (at 3_002): a new claim is in progress, fence + 1
+    // an unknown outcome past its expiry (at 3_002): still live (S8), a claim answers it
+    // untouched; a takeover is in progress with fence + 1
     let unknown = MarkUnknownRequest {
         key: &key,
         owner: a,
         now: at(2_010),
         since: at(2_002),
+        entry: crate::support::unknown_entry(),
     };
     assert_eq!(store.mark_unknown(unknown).await, Ok(true));
+    let held = record(&store, &key, 3_002).await;
     assert_eq!(
-        store.claim(claim_at(&key, b, 3_002, 3_102, 4_002)).await,
-        Ok(Claim::Acquired { fence: 2 })
+        (held.fence, held.expires_at, &held.state),
+        (
+            1,
+            at(3_002),
+            &RecordState::OutcomeUnknown {
+                owner: a,
+                lease_until: at(2_102),
+                since: at(2_002)
+            }
+        )
     );
+    match store.claim(claim_at(&key, b, 3_002, 3_102, 4_002)).await {
+        Ok(Claim::Existing(existing)) => assert_eq!(existing, held),
+        other => panic!("the overdue unknown outcome, got {other:?}"),
+    }
+    assert_eq!(record(&store, &key, 3_002).await, held, "unchanged");
+    let takeover = TakeoverRequest {
+        key: &key,
+        seen_owner: a,
+        seen_lease_until: at(2_102),
+        owner: b,
+        now: at(3_002),
+        lease_until: at(3_102),
+        expires_at: at(4_002),
+        fence: held.fence + 1,
+        label: &LABEL,
+        entry: crate::support::takeover_entry(),
+    };
+    assert_eq!(store.take_over(takeover).await, Ok(true));
+    let taken = record(&store, &key, 3_002).await;
+    assert_eq!(taken.fence, 2);
     assert_eq!(
-        record(&store, &key, 3_002).await.state,
+        taken.state,
         RecordState::InProgress {
             owner: b,
             lease_until: at(3_102)
@@ -542,9 +642,10 @@ async fn fences_increase_across_claims_takeovers_and_expiry() {
     );
 }
 
-// pins L1: renew is a compare-and-set heartbeat: the owner of a live in-progress record moves its
-// lease (one round trip); a stranger, an owner that was taken over, an expired record, a completed
-// record and a record marked unknown are not renewed, and nothing changes
+// pins L1, S8: renew is a compare-and-set heartbeat: the owner of a live in-progress record moves
+// its lease (one round trip), also past the record's `expires_at` (a record in progress does not
+// expire), raising the expiry to the new lease deadline; a stranger, an owner that was taken over,
+// a completed record and a record marked unknown are not renewed, and nothing changes
 #[tokio::test]
 async fn renew_extends_only_the_owners_live_claim() {
     let schema = Schema::fresh();
@@ -575,7 +676,10 @@ async fn renew_extends_only_the_owners_live_claim() {
 
     assert_eq!(
         store.claim(claim_at(&key, owner, 0, 100, 1_000)).await,
-        Ok(Claim::Acquired { fence: 1 })
+        Ok(Claim::Acquired {
+            fence: 1,
+            reopened: false
+        })
     );
     let (renewed, trips) = costs(&store, store.renew(renew(&key, owner, 50, 150))).await;
     assert_eq!(renewed, Ok(true));
@@ -595,31 +699,50 @@ async fn renew_extends_only_the_owners_live_claim() {
     let (refused, trips) = costs(&store, store.renew(renew(&key, stranger, 170, 999))).await;
     assert_eq!(refused, Ok(false), "a stranger");
     assert_eq!(trips, 1);
+    assert_eq!(record(&store, &key, 170).await, before, "unchanged");
+    // past its expiry (1_000) the claim in progress is still live (S8): its owner renews it,
+    // and the expiry rises to the new lease deadline
+    assert_eq!(before.expires_at, at(1_000));
     assert_eq!(
         store.renew(renew(&key, owner, 1_000, 1_100)).await,
-        Ok(false),
-        "expired at 1_000"
+        Ok(true),
+        "in progress at its expiry"
     );
-    assert_eq!(record(&store, &key, 170).await, before, "unchanged");
+    let overdue = record(&store, &key, 1_050).await;
+    assert_eq!(
+        overdue.state,
+        RecordState::InProgress {
+            owner,
+            lease_until: at(1_100)
+        }
+    );
+    assert_eq!(
+        (overdue.fence, overdue.created_at, overdue.expires_at),
+        (1, at(0), at(1_100))
+    );
     // taken over: the old owner has lost the claim
     let takeover = TakeoverRequest {
         key: &key,
         seen_owner: owner,
-        seen_lease_until: at(260),
+        seen_lease_until: at(1_100),
         owner: successor,
-        now: at(300),
-        lease_until: at(400),
-        expires_at: at(1_300),
+        now: at(1_200),
+        lease_until: at(1_300),
+        expires_at: at(2_200),
         fence: 2,
         label: &LABEL,
+        entry: crate::support::takeover_entry(),
     };
     assert_eq!(store.take_over(takeover).await, Ok(true));
-    assert_eq!(store.renew(renew(&key, owner, 310, 999)).await, Ok(false));
     assert_eq!(
-        record(&store, &key, 310).await.state,
+        store.renew(renew(&key, owner, 1_210, 1_999)).await,
+        Ok(false)
+    );
+    assert_eq!(
+        record(&store, &key, 1_210).await.state,
         RecordState::InProgress {
             owner: successor,
-            lease_until: at(400)
+            lease_until: at(1_300)
         }
     );
     // marked unknown: nobody renews it
@@ -628,22 +751,28 @@ async fn renew_extends_only_the_owners_live_claim() {
             .mark_unknown(MarkUnknownRequest {
                 key: &key,
                 owner: successor,
-                now: at(320),
-                since: at(300),
+                now: at(1_220),
+                since: at(1_200),
+                entry: crate::support::unknown_entry(),
             })
             .await,
         Ok(true)
     );
-    let unknown = record(&store, &key, 330).await;
+    let unknown = record(&store, &key, 1_230).await;
     assert_eq!(
-        store.renew(renew(&key, successor, 330, 999)).await,
+        store.renew(renew(&key, successor, 1_230, 1_999)).await,
         Ok(false)
     );
-    assert_eq!(record(&store, &key, 330).await, unknown, "still unknown");
+    assert_eq!(record(&store, &key, 1_230).await, unknown, "still unknown");
     // completed: nothing to renew
     assert_eq!(
         store
-            .complete(&other_key, owner, &ok_envelope(), at(20))
+            .complete(crate::support::complete_request(
+                &other_key,
+                owner,
+                &ok_envelope(),
+                at(20)
+            ))
             .await,
         Ok(Completion::Saved)
     );
@@ -662,10 +791,12 @@ async fn renew_extends_only_the_owners_live_claim() {
     );
 }
 
-// pins U1: mark_unknown is a compare-and-set on the owner of a live in-progress record (one round
+// pins U1, S8: mark_unknown is a compare-and-set on the owner of an in-progress record (one round
 // trip): the record keeps its owner, lease, fence and times and gains `since`; complete, release,
 // renew and a second mark of the unknown record fail and change nothing; take_over with the seen
-// owner and lease (and only with them) makes it in progress again with the caller's fence
+// owner and lease (and only with them) makes it in progress again with the caller's fence. Past
+// its `expires_at` a record in progress is still live: it is marked unknown, and the unknown
+// outcome stays, answered to every claim, however late
 #[tokio::test]
 async fn an_unknown_outcome_can_only_be_taken_over() {
     let schema = Schema::fresh();
@@ -681,6 +812,7 @@ async fn an_unknown_outcome_can_only_be_taken_over() {
         owner,
         now: at(now),
         since: at(0),
+        entry: crate::support::unknown_entry(),
     };
     // warm-up: the mark_unknown statement prepared on the connection
     assert!(matches!(
@@ -691,16 +823,14 @@ async fn an_unknown_outcome_can_only_be_taken_over() {
 
     assert_eq!(
         store.claim(claim_at(&key, owner, 0, 500, 10_000)).await,
-        Ok(Claim::Acquired { fence: 1 })
+        Ok(Claim::Acquired {
+            fence: 1,
+            reopened: false
+        })
     );
     assert_eq!(
         store.mark_unknown(mark(&key, stranger, 10)).await,
         Ok(false)
-    );
-    assert_eq!(
-        store.mark_unknown(mark(&key, owner, 10_000)).await,
-        Ok(false),
-        "expired"
     );
     assert!(matches!(
         record(&store, &key, 10).await.state,
@@ -725,7 +855,14 @@ async fn an_unknown_outcome_can_only_be_taken_over() {
     assert_eq!(unknown.fingerprint, fp(7));
     // neither completed nor released nor marked again, by its owner or anyone
     assert_eq!(
-        store.complete(&key, owner, &ok_envelope(), at(30)).await,
+        store
+            .complete(crate::support::complete_request(
+                &key,
+                owner,
+                &ok_envelope(),
+                at(30)
+            ))
+            .await,
         Ok(Completion::Fenced)
     );
     assert_eq!(store.release(&key, owner).await, Ok(false));
@@ -747,6 +884,7 @@ async fn an_unknown_outcome_can_only_be_taken_over() {
         expires_at: at(10_040),
         fence: unknown.fence + 1,
         label: &LABEL,
+        entry: crate::support::takeover_entry(),
     };
     assert_eq!(store.take_over(takeover(stranger, 500)).await, Ok(false));
     assert_eq!(store.take_over(takeover(owner, 499)).await, Ok(false));
@@ -766,12 +904,24 @@ async fn an_unknown_outcome_can_only_be_taken_over() {
     );
     // the old owner is fenced; the new one finishes normally
     assert_eq!(
-        store.complete(&key, owner, &ok_envelope(), at(50)).await,
+        store
+            .complete(crate::support::complete_request(
+                &key,
+                owner,
+                &ok_envelope(),
+                at(50)
+            ))
+            .await,
         Ok(Completion::Fenced)
     );
     assert_eq!(
         store
-            .complete(&key, successor, &ok_envelope(), at(50))
+            .complete(crate::support::complete_request(
+                &key,
+                successor,
+                &ok_envelope(),
+                at(50)
+            ))
             .await,
         Ok(Completion::Saved)
     );
@@ -779,6 +929,51 @@ async fn an_unknown_outcome_can_only_be_taken_over() {
         record(&store, &key, 50).await.state,
         RecordState::Completed { .. }
     ));
+
+    // past its expiry (1_000; lease lapsed at 100) a claim in progress is live (S8): its owner
+    // marks it unknown, and the unknown outcome is neither expired nor claimed over, a year on
+    let overdue = raw_key(7);
+    assert_eq!(
+        store.claim(claim_at(&overdue, owner, 0, 100, 1_000)).await,
+        Ok(Claim::Acquired {
+            fence: 1,
+            reopened: false
+        })
+    );
+    assert_eq!(
+        store.mark_unknown(mark(&overdue, owner, 1_000)).await,
+        Ok(true),
+        "in progress at its expiry"
+    );
+    let held = record(&store, &overdue, 1_000).await;
+    assert_eq!(
+        held.state,
+        RecordState::OutcomeUnknown {
+            owner,
+            lease_until: at(100),
+            since: at(0)
+        }
+    );
+    assert_eq!(
+        (held.fence, held.created_at, held.expires_at),
+        (1, at(0), at(1_000))
+    );
+    let year_on = 1_000 + YEAR_MS;
+    assert_eq!(record(&store, &overdue, year_on).await, held);
+    match store
+        .claim(claim_at(
+            &overdue,
+            stranger,
+            year_on,
+            year_on + 100,
+            year_on + 1_000,
+        ))
+        .await
+    {
+        Ok(Claim::Existing(existing)) => assert_eq!(existing, held),
+        other => panic!("the overdue unknown outcome, got {other:?}"),
+    }
+    assert_eq!(record(&store, &overdue, year_on).await, held, "unchanged");
 }
 
 /// One year, in ms.
@@ -788,15 +983,40 @@ const YEAR_MS: u64 = 365 * 86_400_000;
 /// `COLLECT_EVERY`); the test below fails if that collection never ran.
 const CLAIMS_PER_COLLECTION: u64 = 1024;
 
-/// Plants a record that is garbage by every clock (expired at 2 s after the epoch, its lease
-/// at 1.5 s), returns its key.
+/// Plants a record that is garbage by every clock (completed at 1.1 s after the epoch,
+/// expired at 2 s), returns its key.
 async fn plant_garbage(store: &PostgresStore, n: u64) -> IdempotencyKey {
+    let key = plant_stale_claim(store, n).await;
+    let RecordState::InProgress { owner, .. } = record(store, &key, 1_000).await.state else {
+        panic!("{key}: the claim just planted is in progress")
+    };
+    assert_eq!(
+        store
+            .complete(crate::support::complete_request(
+                &key,
+                owner,
+                &ok_envelope(),
+                at(1_100)
+            ))
+            .await,
+        Ok(Completion::Saved)
+    );
+    key
+}
+
+/// Plants a claim in progress as old as the garbage of `plant_garbage` (expires_at 2 s after
+/// the epoch, its lease lapsed at 1.5 s): its owner is long gone, but it is not completed, so
+/// it is never garbage (G1, S8). Returns its key.
+async fn plant_stale_claim(store: &PostgresStore, n: u64) -> IdempotencyKey {
     let key = raw_key(n);
     assert_eq!(
         store
             .claim(claim_at(&key, OwnerToken::random(), 1_000, 1_500, 2_000))
             .await,
-        Ok(Claim::Acquired { fence: 1 })
+        Ok(Claim::Acquired {
+            fence: 1,
+            reopened: false
+        })
     );
     key
 }
@@ -832,11 +1052,13 @@ async fn claim_many(store: &PostgresStore, first: u64, count: u64, now: Timestam
     }
 }
 
-// pins G1: a worker whose clock runs a year ahead claims thousands of other keys (each 1024th claim
-// of its store starts a background collection, whose cutoff by that worker's clock alone would be
-// a year ahead): neither the in-progress claim of a worker with a correct clock nor, later, that
-// claim's completed outcome, nor another completed record, is deleted, while planted garbage (dead
-// by every clock) is, which shows that the collections ran
+// pins G1, S8: a worker whose clock runs a year ahead claims thousands of other keys (each 1024th
+// claim of its store starts a background collection, whose cutoff by that worker's clock alone
+// would be a year ahead): neither the in-progress claim of a worker with a correct clock nor,
+// later, that claim's completed outcome, nor another completed record, is deleted, while planted
+// garbage (completed and expired by every clock) is, which shows that the collections ran; a
+// planted claim in progress that expired as long ago (its owner gone) is never collected: it is
+// not completed
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clock_a_year_ahead_collects_nothing_live() {
     let schema = Schema::fresh();
@@ -855,7 +1077,10 @@ async fn a_clock_a_year_ahead_collects_nothing_live() {
                 now + 86_400_000
             ))
             .await,
-        Ok(Claim::Acquired { fence: 1 })
+        Ok(Claim::Acquired {
+            fence: 1,
+            reopened: false
+        })
     );
     assert_eq!(
         correct
@@ -867,18 +1092,35 @@ async fn a_clock_a_year_ahead_collects_nothing_live() {
                 now + 86_400_000
             ))
             .await,
-        Ok(Claim::Acquired { fence: 1 })
+        Ok(Claim::Acquired {
+            fence: 1,
+            reopened: false
+        })
     );
     let saved = Envelope::from_stored("{\"refund\":\"r_1\"}".to_owned());
     assert_eq!(
-        correct.complete(&done, finisher, &saved, at(now + 1)).await,
+        correct
+            .complete(crate::support::complete_request(
+                &done,
+                finisher,
+                &saved,
+                at(now + 1)
+            ))
+            .await,
         Ok(Completion::Saved)
     );
 
+    let stale = plant_stale_claim(&correct, 14).await;
+    let stale_record = record(&correct, &stale, 1_000).await;
     let garbage = plant_garbage(&correct, 12).await;
     claim_many(&ahead, 1_000_000, CLAIMS_PER_COLLECTION, future).await;
     collected(&correct, &garbage).await;
     let later = SystemClock.now().as_millis();
+    assert_eq!(
+        record(&correct, &stale, later).await,
+        stale_record,
+        "the stale claim in progress is not garbage"
+    );
     assert_eq!(
         record(&correct, &running, later).await.state,
         RecordState::InProgress {
@@ -900,7 +1142,14 @@ async fn a_clock_a_year_ahead_collects_nothing_live() {
         Ok(true)
     );
     assert_eq!(
-        correct.complete(&running, runner, &saved, at(later)).await,
+        correct
+            .complete(crate::support::complete_request(
+                &running,
+                runner,
+                &saved,
+                at(later)
+            ))
+            .await,
         Ok(Completion::Saved)
     );
 
@@ -914,12 +1163,18 @@ async fn a_clock_a_year_ahead_collects_nothing_live() {
             other => panic!("{key}: the completed outcome survived, got {other:?}"),
         }
     }
+    assert_eq!(
+        record(&correct, &stale, later).await,
+        stale_record,
+        "still not garbage"
+    );
 }
 
-// pins G1: collect_garbage(now) is judged by `now` and by the server's clock, and by the lease as
-// well as the expiry: with a `now` a year ahead of the server it deletes only records dead by both
-// clocks (expired, and unless completed with their lease lapsed), never one the server sees live
-// nor an expired one whose lease (in progress or outcome unknown) still runs
+// pins G1, S8: collect_garbage(now) is judged by `now` and by the server's clock: with a `now` a
+// year ahead of the server it deletes only completed records expired by both clocks, never one the
+// server sees live, and never a record that is not completed, however long ago it expired and
+// whatever its lease: in progress (its lease lapsed or still running), outcome unknown (likewise),
+// decided not applied
 #[tokio::test]
 async fn collect_garbage_keeps_what_the_server_sees_live() {
     let schema = Schema::fresh();
@@ -927,18 +1182,25 @@ async fn collect_garbage_keeps_what_the_server_sees_live() {
     let now = SystemClock.now().as_millis();
     let day = 86_400_000;
     let owner = OwnerToken::random();
-    let keys: Vec<IdempotencyKey> = (20..26).map(raw_key).collect();
-    let [dead, dead_done, leased, leased_unknown, live, live_done] = &keys[..] else {
+    let keys: Vec<IdempotencyKey> = (20..28).map(raw_key).collect();
+    let [stale, dead_done, leased, leased_unknown, lapsed_unknown, decided, live, live_done] =
+        &keys[..]
+    else {
         unreachable!()
     };
     for (key, claim) in [
-        (dead, claim_at(dead, owner, 1_000, 1_500, 2_000)),
+        (stale, claim_at(stale, owner, 1_000, 1_500, 2_000)),
         (dead_done, claim_at(dead_done, owner, 1_000, 1_500, 2_000)),
         (leased, claim_at(leased, owner, 1_000, now + day, 2_000)),
         (
             leased_unknown,
             claim_at(leased_unknown, owner, 1_000, now + day, 2_000),
         ),
+        (
+            lapsed_unknown,
+            claim_at(lapsed_unknown, owner, 1_000, 1_500, 2_000),
+        ),
+        (decided, claim_at(decided, owner, 1_000, 1_500, 2_000)),
         (live, claim_at(live, owner, now, now + 60_000, now + day)),
         (
             live_done,
@@ -947,35 +1209,74 @@ async fn collect_garbage_keeps_what_the_server_sees_live() {
     ] {
         assert_eq!(
             store.claim(claim).await,
-            Ok(Claim::Acquired { fence: 1 }),
+            Ok(Claim::Acquired {
+                fence: 1,
+                reopened: false
+            }),
             "{key}"
         );
     }
     for (key, at_ms) in [(dead_done, 1_100), (live_done, now)] {
         assert_eq!(
-            store.complete(key, owner, &ok_envelope(), at(at_ms)).await,
+            store
+                .complete(crate::support::complete_request(
+                    key,
+                    owner,
+                    &ok_envelope(),
+                    at(at_ms)
+                ))
+                .await,
             Ok(Completion::Saved)
         );
     }
-    let unknown = MarkUnknownRequest {
-        key: leased_unknown,
-        owner,
-        now: at(1_100),
-        since: at(1_000),
-    };
-    assert_eq!(store.mark_unknown(unknown).await, Ok(true));
+    for key in [leased_unknown, lapsed_unknown, decided] {
+        let unknown = MarkUnknownRequest {
+            key,
+            owner,
+            now: at(1_100),
+            since: at(1_000),
+            entry: crate::support::unknown_entry(),
+        };
+        assert_eq!(store.mark_unknown(unknown).await, Ok(true), "{key}");
+    }
+    assert!(decide_not_applied(&store, decided, owner, 1_500, 1, 1_200).await);
 
-    assert_eq!(store.collect_garbage(at(now + YEAR_MS)).await, Ok(2));
-    assert_eq!(store.read(dead, at(1_000)).await, Ok(None));
+    assert_eq!(store.collect_garbage(at(now + YEAR_MS)).await, Ok(1));
     assert_eq!(store.read(dead_done, at(1_000)).await, Ok(None));
+    assert_eq!(
+        schema.admin_value(&format!(
+            "SELECT count(*) FROM {{schema}}.records WHERE key = '{dead_done}'"
+        )),
+        Some("0".to_owned()),
+        "the expired outcome is deleted"
+    );
+    // not completed: kept, and live a year on, past its expiry (S8)
+    assert_eq!(
+        record(&store, stale, now + YEAR_MS).await.state,
+        RecordState::InProgress {
+            owner,
+            lease_until: at(1_500)
+        }
+    );
     assert!(matches!(
-        record(&store, leased, 1_000).await.state,
+        record(&store, leased, now + YEAR_MS).await.state,
         RecordState::InProgress { .. }
     ));
-    assert!(matches!(
-        record(&store, leased_unknown, 1_000).await.state,
-        RecordState::OutcomeUnknown { .. }
-    ));
+    for key in [leased_unknown, lapsed_unknown] {
+        assert!(
+            matches!(
+                record(&store, key, now + YEAR_MS).await.state,
+                RecordState::OutcomeUnknown { .. }
+            ),
+            "{key}"
+        );
+    }
+    assert_eq!(
+        record(&store, decided, now + YEAR_MS).await.state,
+        RecordState::NotApplied {
+            decided_at: at(1_200)
+        }
+    );
     assert!(matches!(
         record(&store, live, now).await.state,
         RecordState::InProgress { .. }
@@ -1009,11 +1310,14 @@ const SCHEMA_V1: &str = "
     CREATE INDEX records_expires_at ON {schema}.records (expires_at);
     INSERT INTO {schema}.meta (name, value) VALUES ('schema_version', 1);";
 
-// pins F1, S3, S10, P4 (migration): a schema of version 1, written by hand as the older build wrote
-// it, is upgraded in place to version 3 on first use — by two stores starting together, once — and
-// keeps every record: an in-progress record (fence 1, no label) can be taken over (fence 2,
-// labelled) and completed, a completed record replays its outcome byte for byte, an expired one
-// is claimed again with fence 2 and a label
+// pins F1, S3, S10, P4, U7 (migration): a schema of version 1, written by hand as the older build
+// wrote it, is upgraded in place to version 4 on first use — by two stores starting together, once
+// — (the fence, the unknown mark, the label, the outcome's source, the decision time and the
+// history columns; the unnamed state check replaced by `records_state`) and keeps every record: a
+// completed record replays its outcome byte for byte, with source executed and an empty history;
+// an in-progress record (fence 1, no label) can be taken over (fence 2, labelled) and completed,
+// its history starting with that takeover; an expired completed one is claimed again with fence 2,
+// a label and a new history
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_1_schema_is_migrated_in_place() {
     let schema = Schema::fresh();
@@ -1046,8 +1350,17 @@ async fn a_version_1_schema_is_migrated_in_place() {
              WHERE table_schema = '{}' AND table_name = 'records'",
             schema.name
         )),
-        Some("14".to_owned()),
-        "fence, unknown_since and the four label columns added"
+        Some("19".to_owned()),
+        "fence, unknown_since, the four label columns and the five of version 4 added"
+    );
+    assert_eq!(
+        added_columns(&schema, 8),
+        "fence,unknown_since,tool,namespace,scope,key_args,\
+         source,decided_at,history,history_len,history_dropped"
+    );
+    assert_eq!(
+        record_checks(&schema),
+        "records_fence_positive,records_state,records_unknown_has_owner"
     );
     assert_eq!(
         done_record,
@@ -1059,6 +1372,7 @@ async fn a_version_1_schema_is_migrated_in_place() {
             state: RecordState::Completed {
                 outcome: Envelope::from_stored(outcome.to_owned()),
                 completed_at: at(1_500),
+                source: idem_runtime::OutcomeSource::Executed,
             },
             label: None,
         }
@@ -1077,6 +1391,14 @@ async fn a_version_1_schema_is_migrated_in_place() {
             label: None,
         }
     );
+    // the old records have no history until their next transition (U7)
+    for key in [&done, &running, &expired] {
+        assert_eq!(
+            first.history(key, at(2_500)).await,
+            Ok(Some(History::default())),
+            "{key}"
+        );
+    }
     // the old records work as new ones: a replay, a takeover, a completion, a re-claim
     match first
         .claim(claim_at(&done, OwnerToken::random(), 5_000, 6_000, 9_000))
@@ -1096,33 +1418,64 @@ async fn a_version_1_schema_is_migrated_in_place() {
         expires_at: at(100_000),
         fence: running_record.fence + 1,
         label: &LABEL,
+        entry: crate::support::takeover_entry(),
     };
     assert_eq!(second.take_over(takeover).await, Ok(true));
     let taken = record(&first, &running, 5_000).await;
     assert_eq!((taken.fence, taken.label.as_ref()), (2, Some(&*LABEL)));
     assert_eq!(
         first
-            .complete(&running, successor, &ok_envelope(), at(5_100))
+            .complete(crate::support::complete_request(
+                &running,
+                successor,
+                &ok_envelope(),
+                at(5_100)
+            ))
             .await,
         Ok(Completion::Saved)
     );
     assert_eq!(
+        events(&first, &running, 5_100).await,
+        [
+            HistoryEvent::TakenOver {
+                cause: idem_runtime::store::UnknownReason::LeaseLapsed
+            },
+            HistoryEvent::Completed {
+                source: idem_runtime::OutcomeSource::Executed
+            }
+        ]
+    );
+    let reclaimer = OwnerToken::random();
+    assert_eq!(
         second
-            .claim(claim_at(
-                &expired,
-                OwnerToken::random(),
-                5_000,
-                6_000,
-                9_000
-            ))
+            .claim(claim_at(&expired, reclaimer, 5_000, 6_000, 9_000))
             .await,
-        Ok(Claim::Acquired { fence: 2 })
+        Ok(Claim::Acquired {
+            fence: 2,
+            reopened: false
+        })
     );
     assert_eq!(
         record(&first, &expired, 5_000).await.label.as_ref(),
         Some(&*LABEL)
     );
-    // a store opened later finds version 3 and changes nothing
+    assert_eq!(
+        first.history(&expired, at(5_000)).await,
+        Ok(Some(History {
+            entries: vec![idem_runtime::store::HistoryEntry::claimed(
+                at(5_000),
+                2,
+                reclaimer
+            )],
+            dropped: 0
+        }))
+    );
+    // the replayed record still has no history: a replay writes nothing
+    assert_eq!(
+        first.history(&done, at(5_000)).await,
+        Ok(Some(History::default()))
+    );
+    // a store opened later finds version 4 and changes nothing
     let third = schema.store();
     assert_eq!(record(&third, &done, 5_000).await, done_record);
     assert_eq!(schema.version(), Some(POSTGRES_SCHEMA_VERSION));
@@ -1190,6 +1543,43 @@ const SCHEMA_V2: &str = "
     CREATE INDEX records_expires_at ON {schema}.records (expires_at);
     INSERT INTO {schema}.meta (name, value) VALUES ('schema_version', 2);";
 
+/// The names of the columns of `schema`'s records table after the first `after`, in
+/// table order.
+fn added_columns(schema: &Schema, after: u32) -> String {
+    schema
+        .admin_value(&format!(
+            "SELECT string_agg(column_name, ',' ORDER BY ordinal_position)
+             FROM information_schema.columns
+             WHERE table_schema = '{}' AND table_name = 'records' AND ordinal_position > {after}",
+            schema.name
+        ))
+        .unwrap_or_default()
+}
+
+/// The names of the check constraints on `schema`'s records table, sorted.
+fn record_checks(schema: &Schema) -> String {
+    schema
+        .admin_value(&format!(
+            "SELECT string_agg(conname, ',' ORDER BY conname) FROM pg_constraint
+             WHERE conrelid = '\"{}\".records'::regclass AND contype = 'c'",
+            schema.name
+        ))
+        .unwrap_or_default()
+}
+
+/// The events of `key`'s history at `now`, oldest first.
+async fn events(store: &PostgresStore, key: &IdempotencyKey, now: u64) -> Vec<HistoryEvent> {
+    store
+        .history(key, at(now))
+        .await
+        .expect("history")
+        .unwrap_or_else(|| panic!("a live record of {key} at {now}"))
+        .entries
+        .into_iter()
+        .map(|entry| entry.event)
+        .collect()
+}
+
 /// The names of the indexes on `schema`'s records table, sorted.
 fn record_indexes(schema: &Schema) -> String {
     schema
@@ -1201,11 +1591,13 @@ fn record_indexes(schema: &Schema) -> String {
         .unwrap_or_default()
 }
 
-// pins P4, S3, F1, I3, I5: a schema of version 2, written by hand as that build wrote it, is
-// upgraded in place to version 3 on first use (four label columns, three listing indexes);
-// a call saved before the upgrade replays through the engine (the body does not run) and reads,
-// lists and counts with no label; a new call stores its label; a record whose outcome is unknown
-// keeps its state and fence, and a takeover labels it
+// pins P4, S3, F1, I3, I5, U7: a schema of version 2, written by hand as that build wrote it, is
+// upgraded in place to version 4 on first use (four label columns, three listing indexes, the
+// five columns of version 4, the state check `records_state`); a call saved before the upgrade
+// replays through the engine (the body does not run) with source executed, and reads, lists and
+// counts with no label and an empty history; a new call stores its label and its history; a
+// record whose outcome is unknown keeps its state and fence, and a takeover labels it and starts
+// its history
 #[tokio::test]
 async fn a_version_2_schema_is_upgraded_in_place() {
     // the outcome a version 2 build saved for a call: made here by a current store, copied
@@ -1238,39 +1630,90 @@ async fn a_version_2_schema_is_upgraded_in_place() {
     ));
     assert_eq!(schema.version(), Some(2));
 
+    let replay_ctx = h.ctx("conv_v2");
     assert_eq!(
-        refund(default_spec(), &h.ctx("conv_v2"), &h.log, 1).await,
+        refund(default_spec(), &replay_ctx, &h.log, 1).await,
         Ok(100)
     );
     assert_eq!(h.log.len(), 0, "replayed: the body did not run");
+    let replayed = replay_ctx.last_outcome().unwrap();
+    assert_eq!(
+        (
+            replayed.key.clone(),
+            replayed.status,
+            replayed.source,
+            replayed.fence
+        ),
+        (
+            key.clone(),
+            idem_runtime::CallStatus::Replayed,
+            idem_runtime::OutcomeSource::Executed,
+            3
+        )
+    );
     assert_eq!(schema.version(), Some(POSTGRES_SCHEMA_VERSION));
     assert_eq!(
-        schema.admin_value(&format!(
-            "SELECT string_agg(column_name, ',' ORDER BY ordinal_position)
-             FROM information_schema.columns
-             WHERE table_schema = '{}' AND table_name = 'records' AND ordinal_position > 10",
-            schema.name
-        )),
-        Some("tool,namespace,scope,key_args".to_owned())
+        added_columns(&schema, 10),
+        "tool,namespace,scope,key_args,source,decided_at,history,history_len,history_dropped"
+    );
+    assert_eq!(
+        record_checks(&schema),
+        "records_fence_positive,records_state,records_unknown_has_owner"
     );
     assert_eq!(
         record_indexes(&schema),
         "records_created,records_expires_at,records_pkey,records_scope,records_tool_created"
     );
     let old = h.store.read(&key, h.now()).await.unwrap().unwrap();
-    assert_eq!((old.fence, old.label), (3, None));
+    assert_eq!((old.fence, &old.label), (3, &None));
+    assert!(
+        matches!(
+            old.state,
+            RecordState::Completed {
+                source: idem_runtime::OutcomeSource::Executed,
+                ..
+            }
+        ),
+        "{old:?}"
+    );
     let held = h.store.read(&unknown, h.now()).await.unwrap().unwrap();
     assert!(
         matches!(held.state, RecordState::OutcomeUnknown { .. }),
         "{held:?}"
     );
     assert_eq!((held.fence, held.label), (2, None));
+    for k in [&key, &unknown] {
+        assert_eq!(
+            h.store.history(k, h.now()).await,
+            Ok(Some(History::default())),
+            "{k}: no history before the upgrade, and a replay writes none"
+        );
+    }
 
     // a new call is labelled; the listing and the counts show the old records unlabelled
     let ctx = h.ctx("conv_v2");
     assert_eq!(refund(default_spec(), &ctx, &h.log, 2).await, Ok(200));
     let new_key = ctx.last_outcome().unwrap().key;
     let new = h.store.read(&new_key, h.now()).await.unwrap().unwrap();
+    let new_events: Vec<_> = h
+        .store
+        .history(&new_key, h.now())
+        .await
+        .unwrap()
+        .unwrap()
+        .entries
+        .into_iter()
+        .map(|entry| entry.event)
+        .collect();
+    assert_eq!(
+        new_events,
+        [
+            HistoryEvent::Claimed,
+            HistoryEvent::Completed {
+                source: idem_runtime::OutcomeSource::Executed
+            }
+        ]
+    );
     assert_eq!(
         new.label,
         Some(idem_runtime::RecordLabel::new(
@@ -1315,10 +1758,241 @@ async fn a_version_2_schema_is_upgraded_in_place() {
         expires_at: at(now + 86_400_000),
         fence: 3,
         label: &LABEL,
+        entry: crate::support::takeover_entry(),
     };
     assert_eq!(h.store.take_over(takeover).await, Ok(true));
     let taken = h.store.read(&unknown, h.now()).await.unwrap().unwrap();
     assert_eq!((taken.fence, taken.label.as_ref()), (3, Some(&*LABEL)));
+    assert_eq!(
+        h.store.history(&unknown, h.now()).await,
+        Ok(Some(History {
+            entries: vec![crate::support::takeover_entry()],
+            dropped: 0
+        }))
+    );
+}
+
+// ---- the version 3 upgrade: history, outcome source, not applied (issue 17) ----
+
+/// The schema of version 3 (labels and listing indexes; no history, no outcome source, no
+/// "not applied" state), as that build created it: its state check has no name of its own
+/// (PostgreSQL calls it `records_check`).
+const SCHEMA_V3: &str = "
+    CREATE SCHEMA {schema};
+    CREATE TABLE {schema}.meta (name TEXT PRIMARY KEY, value BIGINT NOT NULL);
+    CREATE TABLE {schema}.records (
+        key           TEXT PRIMARY KEY,
+        fingerprint   TEXT NOT NULL,
+        created_at    BIGINT NOT NULL,
+        expires_at    BIGINT NOT NULL,
+        owner         TEXT,
+        lease_until   BIGINT,
+        outcome       TEXT,
+        completed_at  BIGINT,
+        fence         BIGINT NOT NULL DEFAULT 1,
+        unknown_since BIGINT,
+        CHECK ((owner IS NOT NULL AND lease_until IS NOT NULL
+                AND outcome IS NULL AND completed_at IS NULL)
+            OR (owner IS NULL AND lease_until IS NULL
+                AND outcome IS NOT NULL AND completed_at IS NOT NULL)),
+        CONSTRAINT records_fence_positive CHECK (fence >= 1),
+        CONSTRAINT records_unknown_has_owner
+            CHECK (unknown_since IS NULL OR owner IS NOT NULL),
+        tool          TEXT,
+        namespace     TEXT,
+        scope         TEXT COLLATE \"C\",
+        key_args      TEXT
+    );
+    CREATE INDEX records_expires_at ON {schema}.records (expires_at);
+    CREATE INDEX records_created ON {schema}.records (created_at, key COLLATE \"C\");
+    CREATE INDEX records_tool_created ON {schema}.records (tool, created_at, key COLLATE \"C\");
+    CREATE INDEX records_scope ON {schema}.records (scope);
+    INSERT INTO {schema}.meta (name, value) VALUES ('schema_version', 3);";
+
+// pins P4, U7, U6, S3, S8, G1, I7: a schema of version 3, written by hand as that build wrote it,
+// is upgraded in place to version 4 on first use (the outcome's source, the decision time and the
+// history columns added; its unnamed state check replaced by `records_state`; the indexes kept):
+// a call saved before the upgrade replays through the engine (the body does not run) with its
+// label, source executed and an empty history; a record marked unknown before the upgrade keeps
+// its state and can be decided not applied (a row with neither owner nor outcome, which the old
+// check forbade), after which the next claim reopens it with the next fence and a history of the
+// decision and the claim; a claim in progress that expired long before the upgrade, its lease
+// lapsed, is live (S8), counted as outcome unknown (I7) and never collected (G1)
+#[tokio::test]
+async fn a_version_3_schema_is_upgraded_in_place() {
+    // the outcome a version 3 build saved for a call: made here by a current store, copied
+    let donor = Harness::on(postgres());
+    let ctx = donor.ctx("conv_v3");
+    assert_eq!(refund(default_spec(), &ctx, &donor.log, 1).await, Ok(100));
+    let key = ctx.last_outcome().unwrap().key;
+    let saved = donor.store.read(&key, donor.now()).await.unwrap().unwrap();
+    let RecordState::Completed { outcome, .. } = &saved.state else {
+        panic!("completed: {saved:?}")
+    };
+    let label = saved.label.clone().expect("a labelled record");
+
+    let schema = Schema::fresh();
+    schema.admin(SCHEMA_V3);
+    let store = schema.store();
+    let h = Harness::on(TestStore {
+        store: Arc::new(store.clone()),
+        keep: None,
+    });
+    let now = h.now().as_millis();
+    let (unknown, stale, owner) = (raw_key(80), raw_key(81), OwnerToken::random());
+    schema.admin(&format!(
+        "INSERT INTO {{schema}}.records VALUES
+            ('{key}', '{f}', {now}, {expires}, NULL, NULL, '{outcome}', {now}, 2, NULL,
+             '{tool}', NULL, '{scope}', NULL),
+            ('{unknown}', '{f7}', {now}, {expires}, '{owner}', {lease}, NULL, NULL, 2, {now},
+             'conformance', NULL, 'conversation=c-1', NULL),
+            ('{stale}', '{f7}', 1000, 2000, '{owner}', 1500, NULL, NULL, 1, NULL,
+             'conformance', NULL, 'conversation=c-1', NULL);",
+        f = saved.fingerprint.as_str(),
+        f7 = fp(7).as_str(),
+        expires = now + 86_400_000,
+        outcome = outcome.as_str().replace('\'', "''"),
+        tool = label.tool,
+        scope = label.scope,
+        owner = owner.to_hex(),
+        lease = now + 60_000,
+    ));
+    assert_eq!(schema.version(), Some(3));
+    let indexes = record_indexes(&schema);
+
+    // the saved call replays: the body does not run; source executed, as before the upgrade
+    let replay_ctx = h.ctx("conv_v3");
+    assert_eq!(
+        refund(default_spec(), &replay_ctx, &h.log, 1).await,
+        Ok(100)
+    );
+    assert_eq!(h.log.len(), 0, "replayed: the body did not run");
+    let replayed = replay_ctx.last_outcome().unwrap();
+    assert_eq!(
+        (
+            replayed.key.clone(),
+            replayed.status,
+            replayed.source,
+            replayed.fence
+        ),
+        (
+            key.clone(),
+            idem_runtime::CallStatus::Replayed,
+            idem_runtime::OutcomeSource::Executed,
+            2
+        )
+    );
+    assert_eq!(schema.version(), Some(POSTGRES_SCHEMA_VERSION));
+    assert_eq!(
+        added_columns(&schema, 14),
+        "source,decided_at,history,history_len,history_dropped"
+    );
+    assert_eq!(
+        record_checks(&schema),
+        "records_fence_positive,records_state,records_unknown_has_owner"
+    );
+    assert_eq!(record_indexes(&schema), indexes, "the indexes kept");
+    let old = record(&store, &key, now).await;
+    assert_eq!((old.fence, old.label.as_ref()), (2, Some(&label)));
+    assert_eq!(
+        old.state,
+        RecordState::Completed {
+            outcome: outcome.clone(),
+            completed_at: at(now),
+            source: idem_runtime::OutcomeSource::Executed
+        }
+    );
+    let held = record(&store, &unknown, now).await;
+    assert_eq!(
+        (held.fence, held.label.as_ref(), &held.state),
+        (
+            2,
+            Some(&*LABEL),
+            &RecordState::OutcomeUnknown {
+                owner,
+                lease_until: at(now + 60_000),
+                since: at(now)
+            }
+        )
+    );
+    for k in [&key, &unknown, &stale] {
+        assert_eq!(
+            store.history(k, at(now)).await,
+            Ok(Some(History::default())),
+            "{k}: no history before the upgrade, and a replay writes none"
+        );
+    }
+
+    // the claim that expired long before the upgrade: live, counted as outcome unknown, kept
+    let overdue = record(&store, &stale, now).await;
+    assert_eq!(
+        (overdue.fence, overdue.expires_at, &overdue.state),
+        (
+            1,
+            at(2_000),
+            &RecordState::InProgress {
+                owner,
+                lease_until: at(1_500)
+            }
+        )
+    );
+    let stats = store.stats(at(now)).await.unwrap();
+    assert_eq!(stats.by_tool["conformance"].outcome_unknown, 2);
+    assert_eq!(stats.by_tool["conformance"].in_progress, 0);
+    assert_eq!(stats.by_tool[&label.tool].completed, 1);
+    assert_eq!(store.collect_garbage(at(now)).await, Ok(0));
+    assert_eq!(record(&store, &stale, now).await, overdue, "not collected");
+
+    // the unknown outcome decided not applied: a row the old check forbade
+    assert!(decide_not_applied(&store, &unknown, owner, now + 60_000, 2, now + 10).await);
+    assert_eq!(
+        record(&store, &unknown, now + 20).await.state,
+        RecordState::NotApplied {
+            decided_at: at(now + 10)
+        }
+    );
+    let reclaimer = OwnerToken::random();
+    assert_eq!(
+        store
+            .claim(claim_at(
+                &unknown,
+                reclaimer,
+                now + 20,
+                now + 120,
+                now + 86_400_000
+            ))
+            .await,
+        Ok(Claim::Acquired {
+            fence: 3,
+            reopened: true
+        })
+    );
+    let history = store
+        .history(&unknown, at(now + 20))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(history.dropped, 0);
+    assert_eq!(
+        history
+            .entries
+            .iter()
+            .map(|entry| (&entry.event, entry.fence))
+            .collect::<Vec<_>>(),
+        [
+            (
+                &HistoryEvent::Resolved {
+                    decision: DecisionKind::NotApplied
+                },
+                0
+            ),
+            (&HistoryEvent::Claimed, 3)
+        ]
+    );
+    assert_eq!(
+        history.entries[1],
+        idem_runtime::store::HistoryEntry::claimed(at(now + 20), 3, reclaimer)
+    );
 }
 
 /// Fills `schema`'s records table with `rows` completed records, analysed: tool
@@ -1417,8 +2091,10 @@ async fn listings_are_served_by_indexes() {
     );
 }
 
-// pins I3, I4, I5: each inspection operation is one statement: one round trip once its statement
-// is prepared on the connection, two before (a listing prepares one per combination of filters)
+// pins I3, I4, I5, I7: each inspection operation is one statement: one round trip once its
+// statement is prepared on the connection, two before (a listing prepares one per combination of
+// filters); the claim counted (its lease lapsed at 2 s, counted at 5 s) is outcome unknown, not in
+// progress, and a purge without force keeps it
 #[tokio::test]
 async fn inspection_costs_one_round_trip() {
     let schema = Schema::fresh();
@@ -1429,7 +2105,10 @@ async fn inspection_costs_one_round_trip() {
         store
             .claim(claim_at(&key, OwnerToken::random(), 1_000, 2_000, 90_000))
             .await,
-        Ok(Claim::Acquired { fence: 1 })
+        Ok(Claim::Acquired {
+            fence: 1,
+            reopened: false
+        })
     ));
     let by_tool = ListQuery::new().tool("conformance");
     // one task at a time: the pool hands out its one connection every time
@@ -1438,7 +2117,12 @@ async fn inspection_costs_one_round_trip() {
         assert_eq!(page.unwrap().records.len(), 1);
         assert_eq!(cost, expected, "{round} list");
         let (stats, cost) = costs(&store, store.stats(now)).await;
-        assert_eq!(stats.unwrap().total.in_progress, 1);
+        let total = stats.unwrap().total;
+        assert_eq!(
+            (total.in_progress, total.outcome_unknown, total.total()),
+            (0, 1, 1),
+            "a claim whose lease lapsed counts as outcome unknown"
+        );
         assert_eq!(cost, expected, "{round} stats");
         let (kept, cost) = costs(&store, store.purge(&key, false, now)).await;
         assert!(matches!(kept, Ok(PurgeOutcome::Kept(_))), "{kept:?}");
@@ -1455,19 +2139,36 @@ async fn inspection_costs_one_round_trip() {
     assert_eq!(cost, 1, "the page size is a parameter");
 }
 
-// pins I4, G1: a purge deletes only a live record: an expired one is absent (left to garbage
-// collection, judged by the server's clock too); with force, an in-progress one goes and the
-// key is claimed afresh (fence 1)
+// pins I4, G1, S8: a purge deletes only a live record: an expired completed one is absent (left
+// to garbage collection, judged by the server's clock too) and the next claim passes its fence
+// on; with force, an in-progress one goes and the key is claimed afresh (fence 1). A record in
+// progress past its `expires_at` is live (S8): without force it is kept, with force deleted
 #[tokio::test]
-async fn purge_leaves_expired_rows_to_garbage_collection() {
+async fn purge_leaves_expired_outcomes_to_garbage_collection() {
     let schema = Schema::fresh();
     let store = schema.store();
     let key = raw_key(70);
     let first = OwnerToken::random();
-    assert!(store
-        .claim(claim_at(&key, first, 1_000, 2_000, 3_000))
-        .await
-        .is_ok());
+    assert_eq!(
+        store
+            .claim(claim_at(&key, first, 1_000, 2_000, 3_000))
+            .await,
+        Ok(Claim::Acquired {
+            fence: 1,
+            reopened: false
+        })
+    );
+    assert_eq!(
+        store
+            .complete(crate::support::complete_request(
+                &key,
+                first,
+                &ok_envelope(),
+                at(1_500)
+            ))
+            .await,
+        Ok(Completion::Saved)
+    );
     assert_eq!(
         store.purge(&key, true, at(3_000)).await,
         Ok(PurgeOutcome::Absent)
@@ -1481,7 +2182,10 @@ async fn purge_leaves_expired_rows_to_garbage_collection() {
         store
             .claim(claim_at(&key, OwnerToken::random(), 3_000, 4_000, 9_000))
             .await,
-        Ok(Claim::Acquired { fence: 2 })
+        Ok(Claim::Acquired {
+            fence: 2,
+            reopened: false
+        })
     );
     match store.purge(&key, true, at(3_500)).await {
         Ok(PurgeOutcome::Deleted(record)) => {
@@ -1489,10 +2193,46 @@ async fn purge_leaves_expired_rows_to_garbage_collection() {
         }
         other => panic!("deleted with force: {other:?}"),
     }
+    let overdue = OwnerToken::random();
     assert_eq!(
         store
-            .claim(claim_at(&key, OwnerToken::random(), 3_600, 4_000, 9_000))
+            .claim(claim_at(&key, overdue, 3_600, 4_000, 9_000))
             .await,
-        Ok(Claim::Acquired { fence: 1 })
+        Ok(Claim::Acquired {
+            fence: 1,
+            reopened: false
+        })
+    );
+    // in progress past its expiry (9 s) and its lease (4 s): live, kept without force
+    let held = record(&store, &key, 9_000).await;
+    assert_eq!(
+        held.state,
+        RecordState::InProgress {
+            owner: overdue,
+            lease_until: at(4_000)
+        }
+    );
+    assert_eq!(
+        store.purge(&key, false, at(9_000)).await,
+        Ok(PurgeOutcome::Kept(held.clone()))
+    );
+    assert_eq!(record(&store, &key, 9_000).await, held, "kept");
+    assert_eq!(
+        store.purge(&key, true, at(9_000)).await,
+        Ok(PurgeOutcome::Deleted(held))
+    );
+    assert_eq!(
+        schema.admin_value("SELECT count(*) FROM {schema}.records"),
+        Some("0".to_owned()),
+        "the overdue row is gone"
+    );
+    assert_eq!(
+        store
+            .claim(claim_at(&key, OwnerToken::random(), 9_100, 9_200, 19_000))
+            .await,
+        Ok(Claim::Acquired {
+            fence: 1,
+            reopened: false
+        })
     );
 }

@@ -4,7 +4,9 @@
 //! path's typed error outside a runtime, typed connect errors, corrupt records; and, on the
 //! store directly (`never_twice`), fencing tokens (F1), renewal (L1), unknown outcomes (U1),
 //! Redis's key expiry judged by the caller's and the server's clocks (G1), and records of
-//! layouts 1 and 2; and (`index`) the label fields of the record hash and the index that
+//! layouts 1 and 2 (the store's own unit tests pin layouts 3 and 4: the history, the
+//! not-applied state, no Redis expiry on records that are not completed); and (`index`) the
+//! label fields of the record hash and the index that
 //! serves listing, purging and counting (P1, P4, I3–I5), with `RedisStore::reindex`.
 //!
 //! The server is `IDEM_TEST_REDIS_URL` (default `redis://127.0.0.1:6379`). Every test
@@ -76,6 +78,7 @@ fn redis_store() -> TestStore {
 }
 
 conformance_suite!(redis, super::redis_store, async_only);
+decisions_suite!(redis_decisions, super::redis_store);
 
 // pins S2 (across connections, as across processes): two stores with their own connections,
 // 32 tasks each, on the same 8 keys → exactly one execution per key, one shared outcome
@@ -429,6 +432,7 @@ mod never_twice {
                 expires_at: plus(now, 10_000),
                 fence,
                 label: &super::LABEL,
+                entry: crate::support::takeover_entry(),
             })
             .await
             .unwrap()
@@ -447,9 +451,10 @@ mod never_twice {
         );
     }
 
-    // pins F1: the fence strictly increases: claim → takeover → takeover, a takeover of an
-    // unknown outcome, and a claim over the expired record the store still holds (carrying
-    // decimal digits exactly, saturating at u64::MAX)
+    // pins F1, S8: the fence strictly increases: claim → takeover → takeover, a takeover of
+    // an unknown outcome, and a claim over the expired completed record the store still
+    // holds (carrying decimal digits exactly, saturating at u64::MAX); an in-progress record
+    // past its expiry is not claimed over
     #[tokio::test]
     async fn fences_strictly_increase() {
         let (store, mut raw, _cleanup) = setup().await;
@@ -463,7 +468,10 @@ mod never_twice {
         );
         assert_eq!(
             claim(&store, &k, a, t0, 100, 10_000).await,
-            Claim::Acquired { fence: 1 }
+            Claim::Acquired {
+                fence: 1,
+                reopened: false
+            }
         );
         let first = read(&store, &k, t0).await;
         assert_eq!(first.fence, 1);
@@ -490,7 +498,10 @@ mod never_twice {
         let fourth = read(&store, &k, t2).await;
         assert_eq!(fourth.fence, 4);
         assert_eq!(
-            store.complete(&k, d, &outcome(), t2).await.unwrap(),
+            store
+                .complete(crate::support::complete_request(&k, d, &outcome(), t2))
+                .await
+                .unwrap(),
             Completion::Saved
         );
         assert_eq!(read(&store, &k, t2).await.fence, 4, "completion keeps it");
@@ -499,7 +510,10 @@ mod never_twice {
         assert_eq!(store.read(&k, expired).await.unwrap(), None);
         assert_eq!(
             claim(&store, &k, a, expired, 100, 10_000).await,
-            Claim::Acquired { fence: 5 }
+            Claim::Acquired {
+                fence: 5,
+                reopened: false
+            }
         );
         assert_eq!(read(&store, &k, expired).await.fence, 5);
         // Increments carry across decimal digits, exactly, up to u64::MAX, and saturate.
@@ -519,13 +533,33 @@ mod never_twice {
                 raw.field(&store.record_key(&k), "fence").await,
                 Some(digits(fence))
             );
+            assert_eq!(
+                store
+                    .complete(crate::support::complete_request(&k, a, &outcome(), now))
+                    .await
+                    .unwrap(),
+                Completion::Saved
+            );
             now = plus(now, 10_000);
             assert_eq!(
                 claim(&store, &k, a, now, 100, 10_000).await,
-                Claim::Acquired { fence: next },
+                Claim::Acquired {
+                    fence: next,
+                    reopened: false
+                },
                 "after {fence}"
             );
         }
+        // In progress past its expiry: live (S8), not claimed over.
+        let overdue = plus(now, 10_000);
+        assert!(matches!(
+            claim(&store, &k, b, overdue, 100, 10_000).await,
+            Claim::Existing(Record {
+                fence: u64::MAX,
+                state: RecordState::InProgress { .. },
+                ..
+            })
+        ));
         // A key the store does not hold starts at 1 again: released.
         let owner = match read(&store, &k, now).await.state {
             RecordState::InProgress { owner, .. } => owner,
@@ -534,13 +568,16 @@ mod never_twice {
         assert!(store.release(&k, owner).await.unwrap());
         assert_eq!(
             claim(&store, &k, a, now, 100, 10_000).await,
-            Claim::Acquired { fence: 1 }
+            Claim::Acquired {
+                fence: 1,
+                reopened: false
+            }
         );
     }
 
-    // pins L1: only the owner of a live in-progress record renews it (one round trip); a
-    // stranger, an owner that was taken over, a record marked unknown, completed, expired or
-    // absent is not renewed and nothing changes
+    // pins L1, S8: only the owner of an in-progress record renews it (one round trip), past
+    // its expiry too (raising the expiry to the lease); a stranger, an owner that was taken
+    // over, a record marked unknown, completed or absent is not renewed and nothing changes
     #[tokio::test]
     async fn renew_is_a_compare_and_set_on_the_live_owner() {
         let (store, mut raw, _cleanup) = setup().await;
@@ -587,27 +624,34 @@ mod never_twice {
         let k2 = key(3);
         claim(&store, &k2, owner, t0, 100, 10_000).await;
         assert_eq!(
-            store.complete(&k2, owner, &outcome(), t0).await.unwrap(),
+            store
+                .complete(crate::support::complete_request(&k2, owner, &outcome(), t0))
+                .await
+                .unwrap(),
             Completion::Saved
         );
         let hash = raw.hash(&store.record_key(&k2)).await;
         assert!(!renew(&store, &k2, owner, t0, plus(t0, 9_000)).await);
         assert_eq!(raw.hash(&store.record_key(&k2)).await, hash, "completed");
-        // Expired by the renewing caller's clock.
+        // Past its expiry by the renewing caller's clock: still live (S8), renewed, and the
+        // expiry raised to the new lease.
         let k3 = key(4);
         claim(&store, &k3, owner, t0, 100, 10_000).await;
-        let hash = raw.hash(&store.record_key(&k3)).await;
-        assert!(!renew(&store, &k3, owner, plus(t0, 10_000), plus(t0, 20_000)).await);
-        assert_eq!(raw.hash(&store.record_key(&k3)).await, hash, "expired");
+        assert!(renew(&store, &k3, owner, plus(t0, 10_000), plus(t0, 20_000)).await);
+        assert_eq!(
+            read(&store, &k3, plus(t0, 10_000)).await.expires_at,
+            plus(t0, 20_000)
+        );
         // Absent: nothing is created.
         let k4 = key(5);
         assert!(!renew(&store, &k4, owner, t0, plus(t0, 100)).await);
         assert_eq!(raw.cmd::<i64>(&["EXISTS", &store.record_key(&k4)]).await, 0);
     }
 
-    // pins U1: mark_unknown is a compare-and-set on the live owner (one round trip); the
+    // pins U1, S8: mark_unknown is a compare-and-set on the owner (one round trip); the
     // unknown record keeps owner and lease, is neither completed, released, renewed nor
-    // marked again, a claim answers it, and a takeover with the seen owner and lease works
+    // marked again, a claim answers it, and a takeover with the seen owner and lease works;
+    // an in-progress record past its expiry is marked too
     #[tokio::test]
     async fn mark_unknown_then_take_over() {
         let (store, mut raw, _cleanup) = setup().await;
@@ -640,7 +684,12 @@ mod never_twice {
         assert!(!mark_unknown(&store, &k, owner, plus(t0, 20), plus(t0, 20)).await);
         assert_eq!(
             store
-                .complete(&k, owner, &outcome(), plus(t0, 20))
+                .complete(crate::support::complete_request(
+                    &k,
+                    owner,
+                    &outcome(),
+                    plus(t0, 20)
+                ))
                 .await
                 .unwrap(),
             Completion::Fenced
@@ -684,32 +733,45 @@ mod never_twice {
         // The new owner finishes as usual; the one that gave up cannot.
         assert_eq!(
             store
-                .complete(&k, owner, &outcome(), plus(t0, 50))
+                .complete(crate::support::complete_request(
+                    &k,
+                    owner,
+                    &outcome(),
+                    plus(t0, 50)
+                ))
                 .await
                 .unwrap(),
             Completion::Fenced
         );
         assert_eq!(
             store
-                .complete(&k, taker, &outcome(), plus(t0, 50))
+                .complete(crate::support::complete_request(
+                    &k,
+                    taker,
+                    &outcome(),
+                    plus(t0, 50)
+                ))
                 .await
                 .unwrap(),
             Completion::Saved
         );
-        // An expired record is not marked.
+        // Past its expiry an in-progress record is still live (S8): marked.
         let k2 = key(7);
         claim(&store, &k2, owner, t0, 100, 1_000).await;
-        let hash = raw.hash(&store.record_key(&k2)).await;
-        assert!(!mark_unknown(&store, &k2, owner, plus(t0, 1_000), t0).await);
-        assert_eq!(raw.hash(&store.record_key(&k2)).await, hash, "expired");
+        assert!(mark_unknown(&store, &k2, owner, plus(t0, 1_000), t0).await);
+        assert!(matches!(
+            read(&store, &k2, plus(t0, 1_000)).await.state,
+            RecordState::OutcomeUnknown { .. }
+        ));
     }
 
-    // pins G1: a caller whose clock runs a year ahead claims many other keys (the Redis
-    // store's collection is the server's key expiry, which these claims set for their own
+    // pins G1, S8: a caller whose clock runs a year ahead claims many other keys (the Redis
+    // store's collection is the server's key expiry, which completions set for their own
     // keys only) and tries every compare-and-set on a correct-clock worker's records: the
-    // worker's in-progress claim and, later, its completed outcome survive and read back,
-    // their time to live unshortened; the fast caller's own records are kept until the
-    // server's clock too passes their deadline, a slow caller's until its own clock does
+    // worker's in-progress claim (without a Redis expiry) and, later, its completed outcome
+    // survive and read back, the outcome's time to live unshortened; the fast caller's
+    // completed records are kept until the server's clock too passes their deadline, a slow
+    // caller's until its own clock does
     #[tokio::test]
     async fn a_year_ahead_caller_deletes_nothing_live() {
         let (store, mut raw, _cleanup) = setup().await;
@@ -719,31 +781,40 @@ mod never_twice {
         let (running, done) = (key(0x100), key(0x101));
         assert_eq!(
             claim(&store, &running, worker, now, 60_000, ttl).await,
-            Claim::Acquired { fence: 1 }
+            Claim::Acquired {
+                fence: 1,
+                reopened: false
+            }
         );
         assert_eq!(
             claim(&store, &done, worker, now, 60_000, ttl).await,
-            Claim::Acquired { fence: 1 }
+            Claim::Acquired {
+                fence: 1,
+                reopened: false
+            }
         );
         assert_eq!(
             store
-                .complete(&done, worker, &outcome(), now)
+                .complete(crate::support::complete_request(
+                    &done,
+                    worker,
+                    &outcome(),
+                    now
+                ))
                 .await
                 .unwrap(),
             Completion::Saved
         );
-        let pttls = (
+        assert_eq!(
             raw.pttl(&store.record_key(&running)).await,
-            raw.pttl(&store.record_key(&done)).await,
+            -1,
+            "in progress"
         );
-        assert!(pttls.0 as u64 <= ttl + GC_MARGIN_MS && pttls.1 as u64 <= ttl + GC_MARGIN_MS);
-        assert_kept_for(
-            &mut raw,
-            &store.record_key(&running),
-            ttl + GC_MARGIN_MS,
-            "running",
-        )
-        .await;
+        let done_pttl = raw.pttl(&store.record_key(&done)).await;
+        assert!(
+            done_pttl > 0 && done_pttl as u64 <= ttl + GC_MARGIN_MS,
+            "{done_pttl}"
+        );
         assert_kept_for(
             &mut raw,
             &store.record_key(&done),
@@ -756,7 +827,10 @@ mod never_twice {
             let k = key(0x10_000 + n);
             assert_eq!(
                 claim(&store, &k, fast, ahead, 60_000, ttl).await,
-                Claim::Acquired { fence: 1 }
+                Claim::Acquired {
+                    fence: 1,
+                    reopened: false
+                }
             );
         }
         // Every compare-and-set of the fast caller on the worker's records fails.
@@ -766,7 +840,12 @@ mod never_twice {
         assert!(!store.release(&running, fast).await.unwrap());
         assert_eq!(
             store
-                .complete(&running, fast, &outcome(), now)
+                .complete(crate::support::complete_request(
+                    &running,
+                    fast,
+                    &outcome(),
+                    now
+                ))
                 .await
                 .unwrap(),
             Completion::Fenced
@@ -779,17 +858,21 @@ mod never_twice {
             read(&store, &done, now).await.state,
             RecordState::Completed { .. }
         ));
-        for (k, before) in [(&running, pttls.0), (&done, pttls.1)] {
-            let after = raw.pttl(&store.record_key(k)).await;
-            assert!(
-                after > 0 && after + (SLACK_MS as i64) >= before,
-                "{after} < {before}"
-            );
-        }
+        assert_eq!(raw.pttl(&store.record_key(&running)).await, -1);
+        let after = raw.pttl(&store.record_key(&done)).await;
+        assert!(
+            after > 0 && after + (SLACK_MS as i64) >= done_pttl,
+            "{after} < {done_pttl}"
+        );
         // Later the worker completes its running claim; the outcome is kept as long.
         assert_eq!(
             store
-                .complete(&running, worker, &outcome(), plus(now, 1_000))
+                .complete(crate::support::complete_request(
+                    &running,
+                    worker,
+                    &outcome(),
+                    plus(now, 1_000)
+                ))
                 .await
                 .unwrap(),
             Completion::Saved
@@ -798,6 +881,8 @@ mod never_twice {
             read(&store, &running, plus(now, 1_000)).await.state,
             RecordState::Completed { .. }
         ));
+        let pttl = raw.pttl(&store.record_key(&running)).await;
+        assert!(pttl > 0 && pttl as u64 <= ttl + GC_MARGIN_MS, "{pttl}");
         assert_kept_for(
             &mut raw,
             &store.record_key(&running),
@@ -805,18 +890,44 @@ mod never_twice {
             "completed",
         )
         .await;
-        // The fast caller's records live until the server's clock passes their deadline too
-        // (a year and a day ahead), not just a day as its own clock would have it.
-        let fast_record = store.record_key(&key(0x10_000));
+        // The fast caller's records, in progress, carry no Redis expiry; completed, they live
+        // until the server's clock passes their deadline too (a year and a day ahead), not
+        // just a day as its own clock would have it.
+        let (fast_key, fast_record) = (key(0x10_000), store.record_key(&key(0x10_000)));
+        assert_eq!(raw.pttl(&fast_record).await, -1);
+        assert_eq!(
+            store
+                .complete(crate::support::complete_request(
+                    &fast_key,
+                    fast,
+                    &outcome(),
+                    ahead
+                ))
+                .await
+                .unwrap(),
+            Completion::Saved
+        );
         assert_kept_for(&mut raw, &fast_record, YEAR_MS + ttl + GC_MARGIN_MS, "fast").await;
         assert!(raw.pttl(&fast_record).await as u64 <= YEAR_MS + ttl + GC_MARGIN_MS);
-        // A caller a year behind writes records the server's clock sees expired long ago:
+        // A caller a year behind completes records the server's clock sees expired long ago:
         // they are kept until its own clock passes their deadline.
         let behind = minus(now, YEAR_MS);
         let slow = key(0x102);
         claim(&store, &slow, worker, behind, 60_000, ttl).await;
+        assert_eq!(
+            store
+                .complete(crate::support::complete_request(
+                    &slow,
+                    worker,
+                    &outcome(),
+                    behind
+                ))
+                .await
+                .unwrap(),
+            Completion::Saved
+        );
         let pttl = raw.pttl(&store.record_key(&slow)).await;
-        assert!(pttl as u64 <= ttl + GC_MARGIN_MS, "{pttl}");
+        assert!(pttl > 0 && pttl as u64 <= ttl + GC_MARGIN_MS, "{pttl}");
         assert_kept_for(
             &mut raw,
             &store.record_key(&slow),
@@ -826,71 +937,110 @@ mod never_twice {
         .await;
     }
 
-    // pins L1, G1: a renewal lengthens the key's time to live to cover the new lease (plus
-    // the margin) when the lease outlasts the expiry, and never shortens it; marking the
-    // outcome unknown and completing keep it
+    // pins L1, G1, S8: an in-progress record carries no Redis expiry however its lease and
+    // expiry move (a claim, renewals past the expiry, which raise it to the lease, a shorter
+    // lease, which lowers nothing); its completion sets one from the raised expiry plus the
+    // margin, by the completing caller's clock and the server's; a completed record whose
+    // deadline lies past GC_MAX_MS is kept without one
     #[tokio::test]
-    async fn renewals_keep_the_redis_key_while_the_lease_is_live() {
+    async fn in_progress_records_carry_no_redis_expiry_and_completions_set_it() {
         let (store, mut raw, _cleanup) = setup().await;
         let owner = OwnerToken::random();
         let now = raw.server_now().await;
         let k = key(8);
         let record = store.record_key(&k);
         claim(&store, &k, owner, now, 5_000, 10_000).await;
-        let pttl = raw.pttl(&record).await as u64;
-        assert!(pttl <= 10_000 + GC_MARGIN_MS, "{pttl}");
-        assert_kept_for(&mut raw, &record, 10_000 + GC_MARGIN_MS, "claimed").await;
+        assert_eq!(raw.pttl(&record).await, -1, "claimed");
         // A lease past the expiry (three days, for a record that expires in 10 s).
         let long = plus(now, 3 * DAY_MS);
         assert!(renew(&store, &k, owner, plus(now, 1_000), long).await);
-        let pttl = raw.pttl(&record).await as u64;
-        assert!(pttl <= 3 * DAY_MS + GC_MARGIN_MS, "{pttl}");
-        assert_kept_for(&mut raw, &record, 3 * DAY_MS + GC_MARGIN_MS, "renewed").await;
+        assert_eq!(raw.pttl(&record).await, -1, "renewed");
+        assert_eq!(
+            read(&store, &k, now).await.expires_at,
+            long,
+            "covers the lease"
+        );
         // A shorter lease shortens nothing.
         assert!(renew(&store, &k, owner, plus(now, 1_500), plus(now, 2_000)).await);
-        assert_kept_for(
-            &mut raw,
-            &record,
-            3 * DAY_MS + GC_MARGIN_MS,
-            "shorter lease",
-        )
-        .await;
-        assert!(mark_unknown(&store, &k, owner, plus(now, 2_000), now).await);
-        assert_kept_for(&mut raw, &record, 3 * DAY_MS + GC_MARGIN_MS, "unknown").await;
-        // A renewal by a caller a year ahead covers its lease by its clock (the record
-        // must be live by that clock: one with a long expiry).
+        assert_eq!(
+            read(&store, &k, now).await.expires_at,
+            long,
+            "shorter lease"
+        );
+        assert_eq!(raw.pttl(&record).await, -1, "renewed again");
+        assert_eq!(
+            store
+                .complete(crate::support::complete_request(
+                    &k,
+                    owner,
+                    &outcome(),
+                    plus(now, 2_000)
+                ))
+                .await
+                .unwrap(),
+            Completion::Saved
+        );
+        let pttl = raw.pttl(&record).await as u64;
+        assert!(pttl <= 3 * DAY_MS + GC_MARGIN_MS, "{pttl}");
+        assert_kept_for(&mut raw, &record, 3 * DAY_MS + GC_MARGIN_MS, "completed").await;
+        // A renewal and a completion by a caller a year ahead (the record must be live by
+        // that clock: one with a long expiry): kept until the later deadline of both clocks.
         let k2 = key(9);
         let record2 = store.record_key(&k2);
         claim(&store, &k2, owner, now, 5_000, 2 * YEAR_MS).await;
         let ahead = plus(now, YEAR_MS);
         assert!(renew(&store, &k2, owner, ahead, plus(ahead, 60_000)).await);
-        assert_kept_for(&mut raw, &record2, 2 * YEAR_MS + GC_MARGIN_MS, "ahead").await;
+        assert_eq!(raw.pttl(&record2).await, -1, "renewed ahead");
         assert_eq!(
-            store.complete(&k2, owner, &outcome(), ahead).await.unwrap(),
+            store
+                .complete(crate::support::complete_request(
+                    &k2,
+                    owner,
+                    &outcome(),
+                    ahead
+                ))
+                .await
+                .unwrap(),
             Completion::Saved
         );
-        assert_kept_for(&mut raw, &record2, 2 * YEAR_MS + GC_MARGIN_MS, "completed").await;
-        // Past the largest time to live Redis keeps the key without expiry; a later,
-        // shorter renewal does not add one.
+        assert_kept_for(
+            &mut raw,
+            &record2,
+            2 * YEAR_MS + GC_MARGIN_MS,
+            "completed ahead",
+        )
+        .await;
+        assert!(raw.pttl(&record2).await as u64 <= 2 * YEAR_MS + GC_MARGIN_MS);
+        // Past the largest time to live Redis keeps a completed record without expiry.
         let k3 = key(10);
         let record3 = store.record_key(&k3);
         claim(&store, &k3, owner, now, 5_000, 10_000).await;
-        assert!(raw.pttl(&record3).await > 0);
         assert!(renew(&store, &k3, owner, now, plus(now, GC_MAX_MS)).await);
-        assert_eq!(raw.pttl(&record3).await, -1);
-        assert!(renew(&store, &k3, owner, now, plus(now, 1_000)).await);
+        assert_eq!(
+            store
+                .complete(crate::support::complete_request(
+                    &k3,
+                    owner,
+                    &outcome(),
+                    now
+                ))
+                .await
+                .unwrap(),
+            Completion::Saved
+        );
         assert_eq!(raw.pttl(&record3).await, -1);
     }
 
-    // pins F1, S10, P4: records written by a build of layout 1 (no fence, no unknown state)
-    // or layout 2 (no label) are found, replayed and written by this build (layout 1 reads
-    // with fence 1 and becomes layout 2 when renewed, marked or completed; claims over them
-    // and takeovers write layout 3 with the label; both read with no label); a record of a
-    // newer layout is refused with a typed error and left untouched
+    // pins F1, S10, P4, S8: records written by a build of layout 1 (no fence, no unknown
+    // state) or layout 2 (no label) are found, replayed and written by this build (layout 1
+    // reads with fence 1 and becomes layout 2 when renewed; a marking or a completion makes
+    // it layout 4 with fence 1 and no label; claims over them and takeovers write layout 4
+    // with the label; both read with no label; in progress past their expiry they stay
+    // live); a record of a newer layout is refused with a typed error and left untouched
     #[tokio::test]
     async fn layout_1_and_2_records_are_found_and_migrated_in_place() {
         let (store, mut raw, _cleanup) = setup().await;
-        assert_eq!(REDIS_LAYOUT_VERSION, 3);
+        assert_eq!(REDIS_LAYOUT_VERSION, 4);
         let t0 = Timestamp::from_millis(9_000_000);
         let owner = OwnerToken::random();
         let fingerprint = fp(1);
@@ -969,20 +1119,25 @@ mod never_twice {
             "a read writes nothing"
         );
         assert_eq!(in_progress.label, None, "written before labels existed");
-        // Written in place: layout 2, fence 1 (renew, mark unknown, complete); layout 3 with
-        // the taker's fence and the label (take over).
+        // Written in place: layout 2, fence 1 (renew); layout 4, fence 1, no label (mark
+        // unknown, complete); layout 4 with the taker's fence and the label (take over).
         assert!(renew(&store, &key(20), owner, t0, plus(t0, 2_000)).await);
         assert!(mark_unknown(&store, &key(21), owner, t0, t0).await);
         assert_eq!(
             store
-                .complete(&key(22), owner, &outcome(), t0)
+                .complete(crate::support::complete_request(
+                    &key(22),
+                    owner,
+                    &outcome(),
+                    t0
+                ))
                 .await
                 .unwrap(),
             Completion::Saved
         );
         let seen = read(&store, &key(23), t0).await;
         assert!(take_over(&store, &key(23), &seen, OwnerToken::random(), t0, 2).await);
-        for (n, fence, layout) in [(20, 1, "2"), (21, 1, "2"), (22, 1, "2"), (23, 2, "3")] {
+        for (n, fence, layout) in [(20, 1, "2"), (21, 1, "4"), (22, 1, "4"), (23, 2, "4")] {
             let record = store.record_key(&key(n));
             assert_eq!(
                 raw.field(&record, "v").await.as_deref(),
@@ -995,18 +1150,30 @@ mod never_twice {
                 "{n}"
             );
             let label = read(&store, &key(n), t0).await.label;
-            assert_eq!(label.is_some(), layout == "3", "{n}: {label:?}");
+            assert_eq!(label.is_some(), n == 23, "{n}: {label:?}");
             assert_eq!(read(&store, &key(n), t0).await.fence, fence, "{n}");
         }
-        // Released as before; claimed over once expired, with the next fence.
+        // Released as before; in progress past its expiry, still live (S8); the completed
+        // one claimed over once expired, with the next fence.
         assert!(store.release(&key(24), owner).await.unwrap());
         let later = plus(t0, 10_000);
-        assert_eq!(
+        assert!(matches!(
             claim(&store, &key(25), OwnerToken::random(), later, 100, 10_000).await,
-            Claim::Acquired { fence: 2 }
+            Claim::Existing(Record {
+                fence: 1,
+                state: RecordState::InProgress { .. },
+                ..
+            })
+        ));
+        assert_eq!(
+            claim(&store, &key(26), OwnerToken::random(), later, 100, 10_000).await,
+            Claim::Acquired {
+                fence: 2,
+                reopened: false
+            }
         );
         assert_eq!(
-            read(&store, &key(25), later).await.label.as_ref(),
+            read(&store, &key(26), later).await.label.as_ref(),
             Some(&*super::LABEL)
         );
         // Layout 2 (fence, unknown outcomes, no label): an in-progress record, a completed
@@ -1068,7 +1235,7 @@ mod never_twice {
         let seen = read(&store, &key(32), t0).await;
         assert!(take_over(&store, &key(32), &seen, OwnerToken::random(), t0, 5).await);
         let taken = store.record_key(&key(32));
-        assert_eq!(raw.field(&taken, "v").await.as_deref(), Some("3"));
+        assert_eq!(raw.field(&taken, "v").await.as_deref(), Some("4"));
         assert_eq!(raw.field(&taken, "unknown_since").await, None);
         let taken = read(&store, &key(32), t0).await;
         assert_eq!(
@@ -1077,12 +1244,15 @@ mod never_twice {
         );
         assert_eq!(
             claim(&store, &key(31), OwnerToken::random(), later, 100, 10_000).await,
-            Claim::Acquired { fence: 4 },
+            Claim::Acquired {
+                fence: 4,
+                reopened: false
+            },
             "a claim over an expired layout-2 record continues its fence"
         );
         assert_eq!(
             raw.field(&store.record_key(&key(31)), "v").await.as_deref(),
-            Some("3")
+            Some("4")
         );
         // A record of a newer layout: every operation refuses it, typed, and changes nothing.
         let newer = store.record_key(&key(27));
@@ -1091,7 +1261,7 @@ mod never_twice {
                 "HSET",
                 &newer,
                 "v",
-                "4",
+                "5",
                 "fingerprint",
                 fingerprint.as_str(),
                 "expires_at",
@@ -1144,6 +1314,7 @@ mod never_twice {
                     expires_at: plus(t0, 10_000),
                     fence: seen.fence + 1,
                     label: &super::LABEL,
+                    entry: crate::support::takeover_entry(),
                 })
                 .await
                 .map(drop),
@@ -1162,21 +1333,25 @@ mod never_twice {
                     owner,
                     now: t0,
                     since: t0,
+                    entry: crate::support::unknown_entry(),
                 })
                 .await
                 .map(drop),
-            store.complete(&k, owner, &outcome(), t0).await.map(drop),
+            store
+                .complete(crate::support::complete_request(&k, owner, &outcome(), t0))
+                .await
+                .map(drop),
             store.release(&k, owner).await.map(drop),
         ];
         for (n, result) in errors.into_iter().enumerate() {
             let error = result.expect_err("a newer layout is refused");
             assert_eq!(error.kind, StoreErrorKind::Corrupt, "{n}: {error}");
             assert!(error.message.contains(&newer), "{n}: {error}");
-            assert!(error.message.contains("layout version 4"), "{n}: {error}");
+            assert!(error.message.contains("layout version 5"), "{n}: {error}");
         }
         assert_eq!(raw.hash(&newer).await, hash, "left untouched");
-        // An expired record whose fence is not a number is not claimed over (F1 cannot
-        // continue from it): a typed error.
+        // An expired completed record whose fence is not a number is not claimed over (F1
+        // cannot continue from it): a typed error.
         let bad = store.record_key(&key(28));
         let _: i64 = raw
             .cmd(&[
@@ -1190,9 +1365,9 @@ mod never_twice {
                 &digits(0),
                 "expires_at",
                 &digits(1),
-                "owner",
-                &owner.to_hex(),
-                "lease_until",
+                "outcome",
+                &outcome_text,
+                "completed_at",
                 &digits(1),
                 "fence",
                 "x",
@@ -1223,7 +1398,7 @@ mod never_twice {
 
 mod index {
     use idem_runtime::store::{
-        Claim, ClaimRequest, ListQuery, OwnerToken, PurgeOutcome, RecordState, StateFilter,
+        Claim, ClaimRequest, ListQuery, OwnerToken, PurgeOutcome, Record, RecordState, StateFilter,
     };
     use idem_runtime::{IdempotencyKey, RecordLabel, RedisStore, ScopePath, Store, Timestamp};
 
@@ -1284,7 +1459,7 @@ mod index {
         let plain = RecordLabel::new("send_refund", conversation("c/1"));
         let owner = claim_labelled(&store, &key(1), t0, &plain).await;
         let record = store.record_key(&key(1));
-        assert_eq!(raw.field(&record, "v").await.as_deref(), Some("3"));
+        assert_eq!(raw.field(&record, "v").await.as_deref(), Some("4"));
         assert_eq!(
             raw.field(&record, "tool").await.as_deref(),
             Some("send_refund")
@@ -1374,23 +1549,46 @@ mod index {
         assert_eq!(tools(&mut raw, &store).await, ["conformance"]);
 
         // A completed record is purged without force; an expired one is left to Redis's
-        // expiry (absent, G1), keeping its fence for the next claim (F1).
+        // expiry (absent, G1), keeping its fence for the next claim (F1); one in progress
+        // past its expiry is live (S8): kept without force.
         let t2 = plus(t1, 1);
         let done = claim_labelled(&store, &key(4), t2, &plain).await;
-        store.complete(&key(4), done, &outcome(), t2).await.unwrap();
+        store
+            .complete(crate::support::complete_request(
+                &key(4),
+                done,
+                &outcome(),
+                t2,
+            ))
+            .await
+            .unwrap();
         assert!(matches!(
             store.purge(&key(4), false, t2).await.unwrap(),
             PurgeOutcome::Deleted(ref r) if matches!(r.state, RecordState::Completed { .. })
         ));
-        let expired = plus(t1, 10_000);
+        let finished = claim_labelled(&store, &key(5), t2, &plain).await;
+        store
+            .complete(crate::support::complete_request(
+                &key(5),
+                finished,
+                &outcome(),
+                t2,
+            ))
+            .await
+            .unwrap();
+        let expired = plus(t2, 10_000);
         assert_eq!(
-            store.purge(&key(1), true, expired).await.unwrap(),
+            store.purge(&key(5), true, expired).await.unwrap(),
             PurgeOutcome::Absent
         );
         assert_eq!(
-            raw.field(&store.record_key(&key(1)), "fence").await,
-            Some(digits(2))
+            raw.field(&store.record_key(&key(5)), "fence").await,
+            Some(digits(1))
         );
+        assert!(matches!(
+            store.purge(&key(1), false, expired).await.unwrap(),
+            PurgeOutcome::Kept(Record { fence: 2, .. })
+        ));
     }
 
     // pins I3: a member whose record Redis deleted (its key expired) is forgotten, from the

@@ -17,8 +17,8 @@ use idem_runtime::envelope::Envelope;
 use idem_runtime::key::{Fingerprint, IdempotencyKey};
 use idem_runtime::store::sqlite::SQLITE_SCHEMA_VERSION;
 use idem_runtime::store::{
-    Claim, ClaimRequest, Completion, ListQuery, OwnerToken, PurgeOutcome, Record, RecordState,
-    TakeoverRequest,
+    Claim, ClaimRequest, Completion, DecisionKind, HistoryEvent, ListQuery, OwnerToken,
+    PurgeOutcome, Record, RecordState, Seen, TakeoverRequest, Target, TransitionRequest,
 };
 use idem_runtime::{
     prepare, Clock, SqliteOpenError, SqliteStore, Store, StoreErrorKind, SystemClock, Timestamp,
@@ -47,6 +47,7 @@ fn sqlite_in_memory() -> TestStore {
 
 conformance_suite!(sqlite, super::sqlite_file);
 conformance_suite!(sqlite_in_memory, super::sqlite_in_memory);
+decisions_suite!(sqlite_decisions, super::sqlite_file);
 
 // pins S2 (across connections, as across processes): two stores on one file, 32 threads each
 // through the sync path, on the same 8 keys → one execution per key, one shared outcome
@@ -72,7 +73,7 @@ async fn completed_keys_replay_after_reopening_the_file() {
     .await;
 }
 
-// pins S8: garbage collection deletes expired rows only
+// pins S8, G1: garbage collection deletes expired (completed) rows only
 #[tokio::test]
 async fn garbage_collection_deletes_only_expired_rows() {
     let dir = tempfile::tempdir().unwrap();
@@ -308,7 +309,7 @@ async fn take_over(
         | RecordState::OutcomeUnknown {
             owner, lease_until, ..
         } => (owner, lease_until),
-        RecordState::Completed { .. } => panic!("a completed record has no owner"),
+        ref other => panic!("no owner to take over from (not in progress or unknown): {other:?}"),
     };
     store
         .take_over(TakeoverRequest {
@@ -321,6 +322,7 @@ async fn take_over(
             expires_at: Timestamp::from_millis(now.as_millis() + 1_000),
             fence,
             label: &LABEL,
+            entry: crate::support::takeover_entry(),
         })
         .await
         .expect("take over")
@@ -345,7 +347,14 @@ async fn inspection_costs_one_round_trip_per_operation() {
         claim(&store, &key(n), owner, at(n), at(100), at(1_000)).await;
     }
     for n in 1..=2 {
-        let saved = store.complete(&key(n), owner, &outcome(), at(5)).await;
+        let saved = store
+            .complete(crate::support::complete_request(
+                &key(n),
+                owner,
+                &outcome(),
+                at(5),
+            ))
+            .await;
         assert_eq!(saved, Ok(Completion::Saved));
     }
     let mut last = round_trips(&store);
@@ -404,7 +413,13 @@ async fn fences_strictly_increase_over_claims_and_takeovers() {
         OwnerToken::random(),
     );
     let first = claim(&store, &k, a, at(0), at(100), at(1_000)).await;
-    assert_eq!(first, Claim::Acquired { fence: 1 });
+    assert_eq!(
+        first,
+        Claim::Acquired {
+            fence: 1,
+            reopened: false
+        }
+    );
     let seen = read(&store, &k, at(100)).await;
     assert_eq!(seen.fence, 1);
     assert!(take_over(&store, &k, &seen, b, at(100), seen.fence + 1).await);
@@ -428,7 +443,9 @@ async fn fences_strictly_increase_over_claims_and_takeovers() {
     );
     assert_eq!(read(&store, &k, at(300)).await, taken);
     assert_eq!(
-        store.complete(&k, c, &outcome(), at(300)).await,
+        store
+            .complete(crate::support::complete_request(&k, c, &outcome(), at(300)))
+            .await,
         Ok(Completion::Saved)
     );
     assert_eq!(
@@ -440,7 +457,13 @@ async fn fences_strictly_increase_over_claims_and_takeovers() {
     // the next claim continues its fences.
     let other_process = open_in(&dir, "fence.sqlite3");
     let again = claim(&other_process, &k, a, at(1_200), at(1_300), at(2_200)).await;
-    assert_eq!(again, Claim::Acquired { fence: 4 });
+    assert_eq!(
+        again,
+        Claim::Acquired {
+            fence: 4,
+            reopened: false
+        }
+    );
     assert_eq!(read(&store, &k, at(1_200)).await.fence, 4);
     let seen = read(&store, &k, at(1_300)).await;
     assert!(take_over(&other_process, &k, &seen, b, at(1_300), 5).await);
@@ -452,11 +475,19 @@ async fn fences_strictly_increase_over_claims_and_takeovers() {
         "kept in the file"
     );
     let fresh = claim(&reopened, &key(2), a, at(0), at(100), at(1_000)).await;
-    assert_eq!(fresh, Claim::Acquired { fence: 1 });
+    assert_eq!(
+        fresh,
+        Claim::Acquired {
+            fence: 1,
+            reopened: false
+        }
+    );
 }
 
-// pins L1: the owner renews its live claim (one round trip); a stranger, a taken-over owner,
-// the owner of a completed, outcome-unknown, expired or absent record does not, and nothing
+// pins L1, S8: the owner renews its live claim in progress (one round trip), also once the
+// claim's expires_at passed (not completed, so it does not expire: still live), and the
+// renewal raises the expiry to the new lease deadline; a stranger, a taken-over owner, the
+// owner of a completed, outcome-unknown, released or absent record does not, and nothing
 // changes
 #[tokio::test]
 async fn only_the_owner_of_a_live_claim_in_progress_renews_it() {
@@ -500,26 +531,54 @@ async fn only_the_owner_of_a_live_claim_in_progress_renews_it() {
     let done = key(2);
     claim(&store, &done, a, at(0), at(100), at(1_000)).await;
     assert_eq!(
-        store.complete(&done, a, &outcome(), at(10)).await,
+        store
+            .complete(crate::support::complete_request(
+                &done,
+                a,
+                &outcome(),
+                at(10)
+            ))
+            .await,
         Ok(Completion::Saved)
     );
     let completed = read(&store, &done, at(20)).await;
     assert!(!renew(&store, &done, a, at(20), at(900)).await);
     assert_eq!(read(&store, &done, at(20)).await, completed);
 
-    // Expired (by the renewing caller's now), released, never claimed.
-    let lapsed = key(3);
-    claim(&store, &lapsed, a, at(0), at(2_000), at(1_000)).await;
-    assert!(!renew(&store, &lapsed, a, at(1_000), at(3_000)).await);
+    // Overdue (its expires_at passed by the renewing caller's now): still in progress, so
+    // live, and renewed by its owner alone; the expiry rises to the new lease deadline.
+    let overdue = key(3);
+    claim(&store, &overdue, a, at(0), at(2_000), at(1_000)).await;
+    let before_renewal = read(&store, &overdue, at(1_000)).await;
     assert_eq!(
-        store.read(&lapsed, at(999)).await.unwrap().unwrap().state,
-        RecordState::InProgress {
-            owner: a,
-            lease_until: at(2_000)
-        }
+        (before_renewal.expires_at, &before_renewal.state),
+        (
+            at(1_000),
+            &RecordState::InProgress {
+                owner: a,
+                lease_until: at(2_000)
+            }
+        ),
+        "not completed: live at and past its expires_at"
     );
-    assert!(store.release(&lapsed, a).await.unwrap());
-    assert!(!renew(&store, &lapsed, a, at(10), at(20)).await);
+    assert!(!renew(&store, &overdue, stranger, at(1_000), at(9_000)).await);
+    assert_eq!(read(&store, &overdue, at(1_000)).await, before_renewal);
+    assert!(renew(&store, &overdue, a, at(1_000), at(3_000)).await);
+    let renewed = read(&store, &overdue, at(1_500)).await;
+    assert_eq!(
+        (renewed.expires_at, renewed.fence, &renewed.state),
+        (
+            at(3_000),
+            1,
+            &RecordState::InProgress {
+                owner: a,
+                lease_until: at(3_000)
+            }
+        )
+    );
+    // Released, never claimed.
+    assert!(store.release(&overdue, a).await.unwrap());
+    assert!(!renew(&store, &overdue, a, at(10), at(20)).await);
     assert!(!renew(&store, &key(4), a, at(10), at(20)).await);
     assert_eq!(store.read(&key(4), at(10)).await, Ok(None));
 }
@@ -567,7 +626,9 @@ async fn an_unknown_outcome_is_kept_until_taken_over() {
         "already unknown"
     );
     assert_eq!(
-        store.complete(&k, a, &outcome(), at(20)).await,
+        store
+            .complete(crate::support::complete_request(&k, a, &outcome(), at(20)))
+            .await,
         Ok(Completion::Fenced)
     );
     assert_eq!(store.release(&k, a).await, Ok(false));
@@ -605,7 +666,9 @@ async fn an_unknown_outcome_is_kept_until_taken_over() {
         "the old owner"
     );
     assert_eq!(
-        store.complete(&k, b, &outcome(), at(50)).await,
+        store
+            .complete(crate::support::complete_request(&k, b, &outcome(), at(50)))
+            .await,
         Ok(Completion::Saved)
     );
     assert!(
@@ -636,11 +699,15 @@ fn row_exists(path: &std::path::Path, key: &IdempotencyKey) -> bool {
         == 1
 }
 
-// pins G1: a worker whose clock runs a year ahead claims enough other keys to trigger the
-// store's collection (every 1 024 claims of a store) twice: it deletes a record that expired
-// days ago by both clocks, but neither a correct-clock worker's claim in progress, nor its
-// saved outcomes (one saved before, one between the collections), nor an expired record whose
-// lease this machine still sees running; its collect_garbage deletes none of them either
+// pins G1, S8: a worker whose clock runs a year ahead claims enough other keys to trigger the
+// store's collection (every 1 024 claims of a store) twice: it deletes a completed record that
+// expired days ago by both clocks, but neither a correct-clock worker's claim in progress, nor
+// its saved outcomes (one saved before, one between the collections), nor any record that is
+// not completed whose expires_at passed days ago (a claim in progress whose lease this machine
+// still sees running, one whose lease lapsed, an outcome unknown, a key decided not applied);
+// its collect_garbage deletes none of them either. Those stay live for both clocks: a claim of
+// one finds it (Existing) and takes nothing over, and a claim of the key decided not applied
+// continues its fence
 #[test]
 fn a_worker_a_year_ahead_deletes_nothing_live() {
     const HOUR: u64 = 3_600_000;
@@ -655,8 +722,9 @@ fn a_worker_a_year_ahead_deletes_nothing_live() {
     let minus = |t: Timestamp, ms: u64| Timestamp::from_millis(t.as_millis() - ms);
 
     let (running, saved, late) = (key(1), key(2), key(3));
-    let (garbage, leased) = (key(4), key(5));
+    let (garbage, leased, lapsed, unknown, not_applied) = (key(4), key(5), key(6), key(7), key(8));
     let owner = OwnerToken::random();
+    let year_ahead = plus(now, 365 * DAY);
     for k in [&running, &saved, &late] {
         let claimed = block(claim(
             &honest,
@@ -666,30 +734,124 @@ fn a_worker_a_year_ahead_deletes_nothing_live() {
             plus(now, 60_000),
             plus(now, DAY),
         ));
-        assert_eq!(claimed, Claim::Acquired { fence: 1 });
+        assert_eq!(
+            claimed,
+            Claim::Acquired {
+                fence: 1,
+                reopened: false
+            }
+        );
     }
     assert_eq!(
-        block(honest.complete(&saved, owner, &outcome(), now)),
+        block(honest.complete(crate::support::complete_request(
+            &saved,
+            owner,
+            &outcome(),
+            now
+        ))),
         Ok(Completion::Saved)
     );
-    // Expired two days ago; lease lapsed then, or (renewed) still running for ten minutes.
+    // Claimed three days ago, expires_at two days ago; the lease lapsed a minute after the
+    // claim, or (one longer than the ttl) still runs for ten minutes.
     let long_ago = minus(now, 3 * DAY);
+    let overdue = minus(now, 2 * DAY);
+    let lapsed_lease = plus(long_ago, 60_000);
     for (k, lease_until) in [
-        (&garbage, plus(long_ago, 60_000)),
+        (&garbage, lapsed_lease),
         (&leased, plus(now, 600_000)),
+        (&lapsed, lapsed_lease),
+        (&unknown, lapsed_lease),
+        (&not_applied, lapsed_lease),
     ] {
-        let claimed = block(claim(
+        let claimed = block(claim(&honest, k, owner, long_ago, lease_until, overdue));
+        assert_eq!(
+            claimed,
+            Claim::Acquired {
+                fence: 1,
+                reopened: false
+            }
+        );
+    }
+    // The garbage: completed, so it expired two days ago.
+    assert_eq!(
+        block(honest.complete(crate::support::complete_request(
+            &garbage,
+            owner,
+            &outcome(),
+            plus(long_ago, 1_000)
+        ))),
+        Ok(Completion::Saved)
+    );
+    // Outcome unknown; then, for another key, decided not applied by a person.
+    for k in [&unknown, &not_applied] {
+        assert!(block(mark_unknown(
             &honest,
             k,
             owner,
-            long_ago,
-            lease_until,
-            minus(now, 2 * DAY),
-        ));
-        assert_eq!(claimed, Claim::Acquired { fence: 1 });
+            plus(long_ago, 1_000),
+            long_ago
+        )));
     }
+    let decided_at = plus(long_ago, 120_000);
+    assert_eq!(
+        block(honest.transition(TransitionRequest {
+            key: &not_applied,
+            fence: 1,
+            seen: Seen::OutcomeUnknown {
+                owner,
+                lease_until: lapsed_lease,
+            },
+            target: Target::NotApplied,
+            now: decided_at,
+            expires_at: decided_at,
+            entry: crate::support::entry(HistoryEvent::Resolved {
+                decision: DecisionKind::NotApplied,
+            }),
+        })),
+        Ok(true)
+    );
+    // What each record that is not completed holds: it must come through untouched.
+    let waiting = [
+        (
+            &leased,
+            RecordState::InProgress {
+                owner,
+                lease_until: plus(now, 600_000),
+            },
+        ),
+        (
+            &lapsed,
+            RecordState::InProgress {
+                owner,
+                lease_until: lapsed_lease,
+            },
+        ),
+        (
+            &unknown,
+            RecordState::OutcomeUnknown {
+                owner,
+                lease_until: lapsed_lease,
+                since: long_ago,
+            },
+        ),
+        (&not_applied, RecordState::NotApplied { decided_at }),
+    ];
+    let untouched = |why: &str| {
+        for (k, state) in &waiting {
+            assert!(row_exists(&path, k), "{why}: {state:?} kept");
+            for (store, when) in [(&honest, now), (&ahead, year_ahead)] {
+                let record = block(store.read(k, when)).unwrap();
+                let record = record.unwrap_or_else(|| panic!("{why}: {state:?} live at {when:?}"));
+                assert_eq!(
+                    (record.expires_at, record.fence, &record.state),
+                    (overdue, 1, state),
+                    "{why}"
+                );
+                assert!(record.is_overdue(when), "{why}: {state:?} overdue");
+            }
+        }
+    };
 
-    let year_ahead = plus(now, 365 * DAY);
     let claim_many = |first: u64| {
         for n in first..first + COLLECT_EVERY {
             let claimed = block(claim(
@@ -700,7 +862,13 @@ fn a_worker_a_year_ahead_deletes_nothing_live() {
                 plus(year_ahead, 60_000),
                 plus(year_ahead, DAY),
             ));
-            assert_eq!(claimed, Claim::Acquired { fence: 1 });
+            assert_eq!(
+                claimed,
+                Claim::Acquired {
+                    fence: 1,
+                    reopened: false
+                }
+            );
         }
     };
     claim_many(1_000);
@@ -713,15 +881,24 @@ fn a_worker_a_year_ahead_deletes_nothing_live() {
             lease_until: plus(now, 60_000)
         })
     );
-    assert!(row_exists(&path, &leased), "its lease still runs");
+    untouched("not completed: never collected");
     assert_eq!(
-        block(honest.complete(&late, owner, &outcome(), now)),
+        block(honest.complete(crate::support::complete_request(
+            &late,
+            owner,
+            &outcome(),
+            now
+        ))),
         Ok(Completion::Saved)
     );
 
     claim_many(10_000);
-    assert!(ahead.collect_garbage(year_ahead).is_ok());
-    assert!(row_exists(&path, &leased), "its lease still runs");
+    assert_eq!(
+        ahead.collect_garbage(year_ahead).unwrap(),
+        0,
+        "nothing completed expired by this machine's clock"
+    );
+    untouched("not completed: never collected, on demand either");
     for k in [&saved, &late] {
         match block(honest.read(k, now)).unwrap().map(|r| r.state) {
             Some(RecordState::Completed { outcome: o, .. }) => {
@@ -731,20 +908,45 @@ fn a_worker_a_year_ahead_deletes_nothing_live() {
         }
     }
     assert_eq!(
-        block(honest.complete(&running, owner, &outcome(), now)),
+        block(honest.complete(crate::support::complete_request(
+            &running,
+            owner,
+            &outcome(),
+            now
+        ))),
         Ok(Completion::Saved),
         "the claim in progress survived"
     );
-    // A claim of the leased key continues its fence: the store still held the row.
+    // Not completed, so not expired: a claim finds the record and claims nothing over it.
+    for (k, _) in &waiting[..3] {
+        let seen = block(honest.read(k, now)).unwrap().unwrap();
+        let found = block(claim(
+            &honest,
+            k,
+            OwnerToken::random(),
+            now,
+            plus(now, 1),
+            plus(now, 2),
+        ));
+        assert_eq!(found, Claim::Existing(seen));
+    }
+    untouched("a claim takes nothing over");
+    // The key decided not applied: its claim continues its fence, the store still held it.
     let reclaimed = block(claim(
         &honest,
-        &leased,
+        &not_applied,
         owner,
         now,
         plus(now, 1),
         plus(now, 2),
     ));
-    assert_eq!(reclaimed, Claim::Acquired { fence: 2 });
+    assert_eq!(
+        reclaimed,
+        Claim::Acquired {
+            fence: 2,
+            reopened: true
+        }
+    );
 }
 
 /// The version-1 schema, as the first build created it (written out here, not taken from the
@@ -884,19 +1086,22 @@ fn schema_version(path: &std::path::Path) -> i64 {
     .unwrap()
 }
 
-// pins P4, S3, F1, U1 (an old store keeps working): a file written by a version-1 build is
-// migrated in place when opened: its records read back with fence 1, their state and no label,
-// its saved outcome replays through the protocol, its claim in progress completes, new claims,
-// renewals and mark-unknowns work on it and are labelled, and it is listed and counted;
-// opening it again changes nothing
+// pins P4, S3, S8, F1, U1, U7 (an old store keeps working): a file written by a version-1
+// build is migrated in place to the current version (4) when opened: its records read back
+// with fence 1, their state, no label and an empty history, its saved outcome counted as
+// executed; its saved outcome replays through the protocol and expires at its expires_at, its
+// claim in progress stays live past its expires_at and completes, new claims, renewals and
+// mark-unknowns work on it and are labelled, and it is listed and counted; opening it again
+// changes nothing
 #[tokio::test]
 async fn a_version_1_file_is_migrated_in_place_and_keeps_its_records() {
     an_old_file_is_upgraded_in_place(1).await;
 }
 
-// pins P4, S3, F1, U1: a file written by a version-2 build (fences, an outcome unknown, no
-// labels) is upgraded in place to version 3 as a version-1 file is: its records keep their
-// fences and states and read with no label; taking over its unknown outcome labels the record
+// pins P4, S3, S8, F1, U1, U7: a file written by a version-2 build (fences, an outcome unknown,
+// no labels) is upgraded in place to the current version (4) as a version-1 file is: its
+// records keep their fences and states and read with no label and an empty history; its
+// unknown outcome stays live past its expires_at, and taking it over labels the record
 #[tokio::test]
 async fn a_version_2_file_is_upgraded_in_place_and_keeps_its_records() {
     an_old_file_is_upgraded_in_place(2).await;
@@ -934,7 +1139,7 @@ async fn an_old_file_is_upgraded_in_place(version: i64) {
     assert_eq!(index_names(&path), ["idem_records_expires_at"]);
 
     let store = SqliteStore::open(&path).expect("an old file opens");
-    assert_eq!(SQLITE_SCHEMA_VERSION, 3);
+    assert_eq!(SQLITE_SCHEMA_VERSION, 4);
     assert_eq!(schema_version(&path), SQLITE_SCHEMA_VERSION);
     assert_eq!(
         index_names(&path),
@@ -955,7 +1160,8 @@ async fn an_old_file_is_upgraded_in_place(version: i64) {
             fence: done_fence,
             state: RecordState::Completed {
                 outcome: envelope.clone(),
-                completed_at: at(0)
+                completed_at: at(0),
+                source: idem_runtime::OutcomeSource::Executed,
             },
             label: None,
         }
@@ -973,6 +1179,28 @@ async fn an_old_file_is_upgraded_in_place(version: i64) {
             },
             label: None,
         }
+    );
+    // Written before version 4: an empty history until the next transition (U7, P4).
+    for k in [&done, &running] {
+        assert_eq!(
+            store.history(k, at(10)).await,
+            Ok(Some(idem_runtime::store::History::default()))
+        );
+    }
+    // Only the completed record expires (S8): the old claim in progress, past its
+    // expires_at, is live and unchanged.
+    assert_eq!(
+        store
+            .read(&done, at(86_399_999))
+            .await
+            .unwrap()
+            .map(|r| r.fence),
+        Some(done_fence)
+    );
+    assert_eq!(store.read(&done, at(86_400_000)).await, Ok(None));
+    assert_eq!(
+        read(&store, &running, at(86_400_000)).await,
+        read(&store, &running, at(10)).await
     );
 
     // The old outcome replays through the protocol.
@@ -996,7 +1224,14 @@ async fn an_old_file_is_upgraded_in_place(version: i64) {
     // The old claim in progress: renewed, completed by its owner; it keeps no label.
     assert!(renew(&store, &running, owner, at(20), at(80_000)).await);
     assert_eq!(
-        store.complete(&running, owner, &outcome(), at(30)).await,
+        store
+            .complete(crate::support::complete_request(
+                &running,
+                owner,
+                &outcome(),
+                at(30)
+            ))
+            .await,
         Ok(Completion::Saved)
     );
     assert_eq!(read(&store, &running, at(30)).await.label, None);
@@ -1004,7 +1239,10 @@ async fn an_old_file_is_upgraded_in_place(version: i64) {
     let fresh = key(8);
     assert_eq!(
         claim(&store, &fresh, owner, at(40), at(140), at(1_040)).await,
-        Claim::Acquired { fence: 1 }
+        Claim::Acquired {
+            fence: 1,
+            reopened: false
+        }
     );
     assert_eq!(
         read(&store, &fresh, at(40)).await.label,
@@ -1021,6 +1259,11 @@ async fn an_old_file_is_upgraded_in_place(version: i64) {
         let seen = read(&store, &old_unknown, at(60)).await;
         assert_eq!(seen.fence, 2);
         assert_eq!(seen.label, None);
+        assert_eq!(
+            read(&store, &old_unknown, at(86_400_000)).await,
+            seen,
+            "not completed: live past its expires_at (S8)"
+        );
         assert!(matches!(
             seen.state,
             RecordState::OutcomeUnknown { owner: o, since, .. } if o == owner && since == at(0)

@@ -3,11 +3,10 @@
 
 use std::sync::Arc;
 
-use idem_runtime::envelope::Envelope;
 use idem_runtime::inspect::{CallQuery, InspectError};
 use idem_runtime::store::{
-    Claim, ClaimRequest, Completion, ListQuery, MarkUnknownRequest, OwnerToken, Record,
-    RenewRequest, StoreFuture, TakeoverRequest,
+    Claim, ClaimRequest, CompleteRequest, Completion, ListQuery, MarkUnknownRequest, OwnerToken,
+    Record, RenewRequest, StoreFuture, TakeoverRequest,
 };
 use idem_runtime::{
     Engine, IdempotencyKey, MemoryStore, ScopePath, Store, StoreErrorKind, Timestamp,
@@ -31,14 +30,8 @@ impl Store for RequiredOnly {
     fn mark_unknown<'a>(&'a self, req: MarkUnknownRequest<'a>) -> StoreFuture<'a, bool> {
         self.0.mark_unknown(req)
     }
-    fn complete<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        owner: OwnerToken,
-        outcome: &'a Envelope,
-        now: Timestamp,
-    ) -> StoreFuture<'a, Completion> {
-        self.0.complete(key, owner, outcome, now)
+    fn complete<'a>(&'a self, req: CompleteRequest<'a>) -> StoreFuture<'a, Completion> {
+        self.0.complete(req)
     }
     fn release<'a>(&'a self, key: &'a IdempotencyKey, owner: OwnerToken) -> StoreFuture<'a, bool> {
         self.0.release(key, owner)

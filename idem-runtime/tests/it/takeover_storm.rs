@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use idem_runtime::store::RecordState;
 use idem_runtime::{prepare, Error, OnCancel, ToolError, ToolSpec};
-use support::{spec, Harness};
+use support::{rerun, spec, Harness};
 
 /// `h`'s context for an owner cut off from the store's renewals (they fail, L1): a hung or
 /// partitioned owner, whose lease lapses while its body still runs.
@@ -20,13 +20,13 @@ fn cut_off(h: &Harness) -> idem_runtime::CallContext {
     h.ctx("c").with_engine(engine)
 }
 
-// pins S6, S2: an owner hangs (cut off from renewals); 16 thread duplicates and 16 task
-// duplicates wait; the clock passes the lease once → exactly one takeover runs; all
-// duplicates replay its value; the stale owner finishing late is fenced.
+// pins S6, S2, U2a: an owner hangs (cut off from renewals); 16 thread duplicates and 16 task
+// duplicates wait; the clock passes the lease once → with `on_unknown = "rerun"`, exactly one
+// takeover runs; all duplicates replay its value; the stale owner finishing late is fenced.
 #[test]
 fn takeover_storm_one_takeover_all_replay() {
     let h = Arc::new(Harness::new());
-    let spec = spec("storm", 86_400_000, 1_000, 60_000);
+    let spec = rerun(spec("storm", 86_400_000, 1_000, 60_000));
     let runs = Arc::new(AtomicUsize::new(0));
     let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
     let entered = Arc::new(Barrier::new(2));

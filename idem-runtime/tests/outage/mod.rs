@@ -108,9 +108,12 @@ const IDLE_BEFORE_RESTART: Duration = Duration::from_millis(1_500);
 const LEASE_MS: u64 = 60_000;
 
 /// The scenario's tool: one day TTL, a one-minute lease, no waiting for a key in progress
-/// (so a caller that finds the key in progress answers `InProgress` at once, S5).
+/// (so a caller that finds the key in progress answers `InProgress` at once, S5), and
+/// `on_unknown = "rerun"` (U2a): the scenarios pin that exactly one caller takes over a
+/// claim the outage left behind once its lease lapsed (under the default, U2, it would be
+/// held for a person instead, as the decisions suite pins on every store).
 fn outage_spec() -> &'static ToolSpec {
-    support::spec("send_refund", 86_400_000, LEASE_MS, 0)
+    support::rerun(support::spec("send_refund", 86_400_000, LEASE_MS, 0))
 }
 
 /// `out` is a typed store error of kind `Unavailable` (S10).

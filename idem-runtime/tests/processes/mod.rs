@@ -37,15 +37,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use idem_runtime::envelope::Envelope;
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::store::{
-    Claim, ClaimRequest, Completion, OwnerToken, Record, RenewRequest, StoreFuture,
+    Claim, ClaimRequest, CompleteRequest, Completion, Record, RenewRequest, StoreFuture,
 };
 use idem_runtime::testkit::ManualClock;
 use idem_runtime::{
     current_attempt, current_key, prepare, CallContext, CallRecord, Clock, Engine, MemoryStore,
-    OnCancel, Scope, Store, SystemClock, Timestamp, ToolError, ToolSpec, UnknownCause,
+    OnCancel, OnUnknown, Scope, Store, SystemClock, Timestamp, ToolError, ToolSpec, UnknownCause,
 };
 use serde::{Deserialize, Serialize};
 
@@ -119,7 +118,10 @@ pub struct Spans {
 }
 
 impl Spans {
-    /// The `'static` spec of [`TOOL`] with these spans (leaked: a few per process).
+    /// The `'static` spec of [`TOOL`] with these spans (leaked: a few per process). Its
+    /// unknown outcomes are re-run (`on_unknown = "rerun"`, U2a): the crash tests pin that
+    /// a dead owner's claim is taken over once its lease lapsed, and the hammer never lets
+    /// a lease lapse.
     pub fn spec(self) -> &'static ToolSpec {
         Box::leak(Box::new(ToolSpec {
             name: TOOL,
@@ -129,6 +131,7 @@ impl Spans {
             wait: Duration::from_millis(self.wait_ms),
             heartbeat: self.heartbeat_ms.map(Duration::from_millis),
             on_cancel: OnCancel::Hold,
+            on_unknown: OnUnknown::Rerun,
             reconcile: false,
             store: None,
             audit: false,
@@ -979,13 +982,10 @@ impl Intercept for ChildStore {
     fn complete<'a>(
         &'a self,
         inner: &'a dyn Store,
-        key: &'a IdempotencyKey,
-        owner: OwnerToken,
-        outcome: &'a Envelope,
-        now: Timestamp,
+        req: CompleteRequest<'a>,
     ) -> StoreFuture<'a, Completion> {
         Box::pin(async move {
-            let completion = inner.complete(key, owner, outcome, now).await;
+            let completion = inner.complete(req).await;
             if self.die_after_record && completion == Ok(Completion::Saved) {
                 die();
             }

@@ -12,12 +12,11 @@
 use std::ops::Deref;
 use std::sync::Arc;
 
-use idem_runtime::envelope::Envelope;
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::store::{
-    ChangeSignal, Claim, ClaimRequest, Completion, ListPage, ListQuery, MarkUnknownRequest,
-    OwnerToken, PurgeCounts, PurgeOutcome, Record, RenewRequest, StoreFuture, StoreStats,
-    TakeoverRequest,
+    ChangeSignal, Claim, ClaimRequest, CompleteRequest, Completion, History, ListPage, ListQuery,
+    MarkUnknownRequest, OwnerToken, PurgeCounts, PurgeOutcome, Record, RenewRequest, StoreFuture,
+    StoreStats, TakeoverRequest, TransitionRequest,
 };
 use idem_runtime::{Store, Timestamp};
 
@@ -47,12 +46,16 @@ pub trait Intercept: std::fmt::Debug + Send + Sync + 'static {
     fn complete<'a>(
         &'a self,
         inner: &'a dyn Store,
-        key: &'a IdempotencyKey,
-        owner: OwnerToken,
-        outcome: &'a Envelope,
-        now: Timestamp,
+        req: CompleteRequest<'a>,
     ) -> StoreFuture<'a, Completion> {
-        inner.complete(key, owner, outcome, now)
+        inner.complete(req)
+    }
+    fn transition<'a>(
+        &'a self,
+        inner: &'a dyn Store,
+        req: TransitionRequest<'a>,
+    ) -> StoreFuture<'a, bool> {
+        inner.transition(req)
     }
     fn release<'a>(
         &'a self,
@@ -101,15 +104,18 @@ impl<I: Intercept> Store for Intercepted<I> {
     fn mark_unknown<'a>(&'a self, req: MarkUnknownRequest<'a>) -> StoreFuture<'a, bool> {
         self.interceptor.mark_unknown(&*self.inner, req)
     }
-    fn complete<'a>(
+    fn complete<'a>(&'a self, req: CompleteRequest<'a>) -> StoreFuture<'a, Completion> {
+        self.interceptor.complete(&*self.inner, req)
+    }
+    fn transition<'a>(&'a self, req: TransitionRequest<'a>) -> StoreFuture<'a, bool> {
+        self.interceptor.transition(&*self.inner, req)
+    }
+    fn history<'a>(
         &'a self,
         key: &'a IdempotencyKey,
-        owner: OwnerToken,
-        outcome: &'a Envelope,
         now: Timestamp,
-    ) -> StoreFuture<'a, Completion> {
-        self.interceptor
-            .complete(&*self.inner, key, owner, outcome, now)
+    ) -> StoreFuture<'a, Option<History>> {
+        self.inner.history(key, now)
     }
     fn release<'a>(&'a self, key: &'a IdempotencyKey, owner: OwnerToken) -> StoreFuture<'a, bool> {
         self.interceptor.release(&*self.inner, key, owner)

@@ -15,7 +15,8 @@ use std::time::Duration;
 use idem_runtime::envelope::Envelope;
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::store::{
-    Claim, ClaimRequest, Completion, OwnerToken, RenewRequest, StoreFuture, TakeoverRequest,
+    Claim, ClaimRequest, CompleteRequest, Completion, OwnerToken, RenewRequest, StoreFuture,
+    TakeoverRequest,
 };
 use idem_runtime::testkit::{EffectLog, ManualClock};
 use idem_runtime::{
@@ -100,6 +101,16 @@ pub fn default_spec() -> &'static ToolSpec {
     spec("send_refund", 86_400_000, 60_000, 5_000)
 }
 
+/// `spec` with `on_unknown = "rerun"` (U2a): an unknown outcome, a crashed owner's claim
+/// whose lease lapsed among them, is taken over and run again once its lease lapsed,
+/// instead of being held for a person's decision (U2, the default).
+pub fn rerun(spec: &'static ToolSpec) -> &'static ToolSpec {
+    Box::leak(Box::new(ToolSpec {
+        on_unknown: idem_runtime::OnUnknown::Rerun,
+        ..*spec
+    }))
+}
+
 /// The demo tool: refunds `order`, records the effect, returns `order * 100`.
 pub async fn refund(
     spec: &'static ToolSpec,
@@ -179,15 +190,12 @@ impl Intercept for Faults {
     fn complete<'a>(
         &'a self,
         inner: &'a dyn Store,
-        key: &'a IdempotencyKey,
-        owner: OwnerToken,
-        outcome: &'a Envelope,
-        now: Timestamp,
+        req: CompleteRequest<'a>,
     ) -> StoreFuture<'a, Completion> {
         if self.fail_complete.load(Ordering::SeqCst) {
             return unavailable();
         }
-        inner.complete(key, owner, outcome, now)
+        inner.complete(req)
     }
     fn release<'a>(
         &'a self,
@@ -210,4 +218,45 @@ impl Intercept for Faults {
     fn backend(&self) -> Option<&'static str> {
         Some("faulty")
     }
+}
+
+/// A history entry of `event` at the epoch, fence 0: for store-level tests that do not
+/// read the history back.
+pub fn entry(event: idem_runtime::store::HistoryEvent) -> idem_runtime::store::HistoryEntry {
+    idem_runtime::store::HistoryEntry::new(Timestamp::EPOCH, event, 0)
+}
+
+/// A completion of `key` by `owner` with `outcome` at `now`, from the body (source
+/// executed), with a `completed` history entry (fence 0).
+pub fn complete_request<'a>(
+    key: &'a IdempotencyKey,
+    owner: OwnerToken,
+    outcome: &'a Envelope,
+    now: Timestamp,
+) -> idem_runtime::store::CompleteRequest<'a> {
+    use idem_runtime::store::{HistoryEvent, OutcomeSource};
+    idem_runtime::store::CompleteRequest {
+        key,
+        owner,
+        outcome,
+        source: OutcomeSource::Executed,
+        now,
+        entry: entry(HistoryEvent::Completed {
+            source: OutcomeSource::Executed,
+        }),
+    }
+}
+
+/// The history entry of a takeover, for store-level tests (fence 0).
+pub fn takeover_entry() -> idem_runtime::store::HistoryEntry {
+    entry(idem_runtime::store::HistoryEvent::TakenOver {
+        cause: idem_runtime::store::UnknownReason::LeaseLapsed,
+    })
+}
+
+/// The history entry of a run marked unknown, for store-level tests (fence 0).
+pub fn unknown_entry() -> idem_runtime::store::HistoryEntry {
+    entry(idem_runtime::store::HistoryEvent::Unknown {
+        cause: idem_runtime::store::UnknownReason::Error,
+    })
 }

@@ -130,8 +130,8 @@ struct Panicky {
 
 #[tool_router]
 impl Panicky {
-    /// Panics on its first run.
-    #[idempotent(scope = "global", lease = "2s")]
+    /// Panics on its first run; re-runs unknown outcomes once their lease lapsed (U2a).
+    #[idempotent(scope = "global", lease = "2s", on_unknown = "rerun")]
     #[tool]
     async fn boom(&self, Parameters(_e): Parameters<Empty>) -> String {
         let n = self.runs.fetch_add(1, Ordering::SeqCst) + 1;
@@ -156,8 +156,8 @@ impl Panicky {
 #[tool_handler]
 impl ServerHandler for Panicky {}
 
-// U4 over MCP: a body that panics leaves the key held (outcome unknown) until the lease
-// lapses; then the tool runs again. Passing check.
+// U4, U2a over MCP: a body that panics leaves the key held (outcome unknown) until the lease
+// lapses; then, with `on_unknown = "rerun"`, the tool runs again. Passing check.
 #[tokio::test]
 async fn adv8_a_panicking_body_holds_then_reruns() {
     let runs = Arc::new(AtomicUsize::new(0));

@@ -1,8 +1,8 @@
-// pins L1, U3, U4, C4: `heartbeat`, `on_cancel` and `reconcile` on async and sync tools,
-// free fns (with their dispatch companion) and methods; a sync tool may name an async
-// reconcile fn; the reconcile fn gets every parameter by shared reference (a `&CallContext`,
-// skipped and pattern arguments too), the receiver first; the async tool's future stays
-// `Send` when the body's and the reconcile fn's are.
+// pins L1, U2–U4, C4: `heartbeat`, `on_cancel`, `on_unknown` and `reconcile` on async and
+// sync tools, free fns (with their dispatch companion) and methods; a sync tool may name an
+// async reconcile fn; the reconcile fn gets every parameter by shared reference (a
+// `&CallContext`, skipped and pattern arguments too), the receiver first; the async tool's
+// future stays `Send` when the body's and the reconcile fn's are.
 #![deny(warnings)]
 
 use idem_agent::{idempotent, AttemptInfo, CallContext, Reconciled, ToolError};
@@ -24,8 +24,8 @@ pub async fn check_refund(
     Reconciled::Done(Ok(Refund { order: order.to_owned(), amount: *amount }))
 }
 
-/// All three options on an async fn.
-#[idempotent(heartbeat = "20s", on_cancel = "hold", reconcile = check_refund)]
+/// All four options on an async fn.
+#[idempotent(heartbeat = "20s", on_cancel = "hold", on_unknown = "hold", reconcile = check_refund)]
 pub async fn send_refund(order: &str, amount: u64) -> Result<Refund, ToolError> {
     tokio::task::yield_now().await;
     Ok(Refund { order: order.to_owned(), amount })
@@ -36,9 +36,15 @@ pub fn check_sync(order: &String, attempt: &AttemptInfo) -> Reconciled<String, T
     Reconciled::NotDone
 }
 
-/// A sync fn with a sync reconcile fn, `on_cancel = "release"`, and a lease and heartbeat
-/// in milliseconds.
-#[idempotent(lease = "1500ms", heartbeat = "500ms", on_cancel = "release", reconcile = check_sync)]
+/// A sync fn with a sync reconcile fn, `on_cancel = "release"`, `on_unknown = "rerun"`, and
+/// a lease and heartbeat in milliseconds.
+#[idempotent(
+    lease = "1500ms",
+    heartbeat = "500ms",
+    on_cancel = "release",
+    on_unknown = "rerun",
+    reconcile = check_sync
+)]
 pub fn note(order: String) -> Result<String, ToolError> {
     Ok(order)
 }
@@ -109,8 +115,8 @@ impl Bank {
         Ok(self.refunds)
     }
 
-    /// `&mut self`, async, an async reconcile method (which gets `&Self`).
-    #[idempotent(scope = "global", heartbeat = "10s", reconcile = Self::check_later)]
+    /// `&mut self`, async, an async reconcile method (which gets `&Self`), at least once.
+    #[idempotent(scope = "global", heartbeat = "10s", on_unknown = "rerun", reconcile = Self::check_later)]
     pub async fn refund(&mut self, order: &str) -> Result<u32, ToolError> {
         let _ = order;
         self.refunds += 1;

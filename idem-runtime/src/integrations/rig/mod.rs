@@ -99,7 +99,7 @@ use crate::context::CallContext;
 use crate::envelope::Envelope;
 use crate::outcome::{CallRecord, CallStatus};
 use crate::scope::Scope;
-use crate::spec::{OnCancel, ToolSpec};
+use crate::spec::{OnCancel, OnUnknown, ToolSpec};
 
 pub use error::IdempotentToolError;
 use members::Selection;
@@ -121,11 +121,11 @@ use members::Selection;
 ///
 /// Settings are those of `#[idempotent]`, with its defaults ([`ToolSpec::new`]):
 /// conversation scope, TTL 24 h, lease 60 s, wait 5 s, heartbeat a third of the lease,
-/// [`OnCancel::Hold`], the engine of the call's context. They are checked on the first
-/// call (as the attribute checks them at compile time): a TTL of zero or shorter than the
-/// lease, a heartbeat of zero or not shorter than the lease, or a `key`/`skip` name that is
-/// not a property of the tool's parameters schema make every call fail with
-/// [`IdempotentToolError::Config`].
+/// [`OnCancel::Hold`], [`OnUnknown::Hold`], the engine of the call's context. They are
+/// checked on the first call (as the attribute checks them at compile time): a TTL of zero
+/// or shorter than the lease, a heartbeat of zero or not shorter than the lease, or a
+/// `key`/`skip` name that is not a property of the tool's parameters schema make every call
+/// fail with [`IdempotentToolError::Config`].
 ///
 /// `ToolSpec` holds `&'static` data: the wrapper keeps its settings by value and, on its
 /// first call, interns them — one leaked `ToolSpec` per distinct setting (and one string per
@@ -203,6 +203,13 @@ impl<T: Tool> Idempotent<T> {
     /// [`OnCancel::Hold`].
     pub fn on_cancel(self, on_cancel: OnCancel) -> Self {
         self.edit(|w| w.spec.on_cancel = on_cancel)
+    }
+
+    /// What happens to an unknown outcome that no reconcile function settles (U2, U2a);
+    /// default [`OnUnknown::Hold`]: held for a person's decision (`idem resolve`).
+    /// [`OnUnknown::Rerun`]: at least once, the tool runs again after the lease lapses.
+    pub fn on_unknown(self, on_unknown: OnUnknown) -> Self {
+        self.edit(|w| w.spec.on_unknown = on_unknown)
     }
 
     /// This tool's own store, as a [store locator](crate::store::locator) (`"memory"`,
@@ -504,4 +511,55 @@ fn intern_str(text: &str) -> &'static str {
     let leaked: &'static str = Box::leak(text.to_owned().into_boxed_str());
     texts.push(leaked);
     leaked
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Echo;
+
+    impl Tool for Echo {
+        const NAME: &'static str = "echo";
+        type Args = String;
+        type Output = String;
+        type Error = std::convert::Infallible;
+
+        fn description(&self) -> String {
+            "Echoes its argument".into()
+        }
+
+        fn parameters(&self) -> serde_json::Value {
+            serde_json::json!({"type": "string"})
+        }
+
+        async fn call(&self, _: &mut ToolContext, text: String) -> Result<String, Self::Error> {
+            Ok(text)
+        }
+    }
+
+    // pins R5, U2, U2a, U4: `on_unknown` is a wrapper setting with the attribute's default,
+    // set apart from `on_cancel`; setting it after a call's check gives the wrapper the
+    // interned spec of its new settings
+    #[test]
+    fn on_unknown_is_a_wrapper_setting() {
+        let wrapper = Idempotent::new(Echo);
+        assert_eq!(wrapper.spec().on_cancel, OnCancel::Hold);
+        assert_eq!(wrapper.spec().on_unknown, OnUnknown::Hold);
+        let held = wrapper.checked_spec().unwrap();
+        assert_eq!(held.on_unknown, OnUnknown::Hold);
+
+        let wrapper = wrapper.on_unknown(OnUnknown::Rerun);
+        assert_eq!(wrapper.spec().on_unknown, OnUnknown::Rerun);
+        assert_eq!(wrapper.spec().on_cancel, OnCancel::Hold);
+        let rerun = wrapper.checked_spec().unwrap();
+        assert_eq!(rerun.on_unknown, OnUnknown::Rerun);
+        assert!(!std::ptr::eq(held, rerun));
+
+        let wrapper = Idempotent::new(Echo)
+            .on_cancel(OnCancel::Release)
+            .on_unknown(OnUnknown::Rerun);
+        assert_eq!(wrapper.spec().on_cancel, OnCancel::Release);
+        assert_eq!(wrapper.spec().on_unknown, OnUnknown::Rerun);
+    }
 }

@@ -163,11 +163,13 @@ fn describe(error: &Error, refused: Refused<'_>) -> (&'static str, Option<u64>, 
             tool,
             key,
             retry_after_ms,
+            held,
             ..
         } => {
-            let next = match retry_after_ms {
-                Some(ms) => format!("check whether it happened before retrying: a call after {ms} ms runs the tool again with the same key"),
-                None => "the next call asks the tool's reconcile function whether it happened".to_owned(),
+            let next = match (held, retry_after_ms) {
+                (true, _) => "a person is checking whether it happened, and nothing runs the tool again for this key until they decide: do not retry this action, with this tool or another, and tell the user that its outcome is being checked".to_owned(),
+                (false, Some(ms)) => format!("check whether it happened before retrying: a call after {ms} ms runs the tool again with the same key"),
+                (false, None) => "the next call asks the tool's reconcile function whether it happened".to_owned(),
             };
             (
                 "outcome_unknown",
@@ -275,10 +277,30 @@ mod tests {
             key: key.to_string(),
             since: Timestamp::EPOCH,
             retry_after_ms: Some(900),
+            held: false,
         };
         let result = layer_error(&unknown, Some(&key), refused());
         assert!(text(&result).contains("a call after 900 ms runs the tool again"));
         assert_eq!(result.meta.as_ref().unwrap()[RETRY_AFTER_MS], 900);
         assert_eq!(result.meta.unwrap()[ERROR], "outcome_unknown");
+
+        // pins M6, U2: a key held for a person's decision has no retry hint, and the text
+        // tells the model not to retry the action in any form
+        let held = Error::OutcomeUnknown {
+            tool: "t".into(),
+            key: key.to_string(),
+            since: Timestamp::EPOCH,
+            retry_after_ms: None,
+            held: true,
+        };
+        let result = layer_error(&held, Some(&key), refused());
+        assert!(
+            text(&result).contains("do not retry this action"),
+            "{}",
+            text(&result)
+        );
+        let meta = result.meta.unwrap();
+        assert_eq!(meta[ERROR], "outcome_unknown");
+        assert!(meta.get(RETRY_AFTER_MS).is_none());
     }
 }

@@ -22,7 +22,7 @@ use super::settings::{
 };
 use crate::engine::Engine;
 use crate::scope::Scope;
-use crate::spec::{OnCancel, ToolSpec};
+use crate::spec::{OnCancel, OnUnknown, ToolSpec};
 
 /// An rmcp [`ServerHandler`] that keys every side-effecting tool call of the handler it
 /// wraps: a retried `tools/call` replays the first call's saved result instead of running
@@ -297,9 +297,17 @@ impl<H: ServerHandler> IdempotentServerBuilder<H> {
         self
     }
 
+    /// What happens to an unknown outcome that no reconcile function settles (U2, U2a).
+    /// Default [`OnUnknown::Hold`]: held for a person's decision (`idem resolve`);
+    /// [`OnUnknown::Rerun`]: at least once, the tool runs again after the lease lapses.
+    pub fn on_unknown(mut self, on_unknown: OnUnknown) -> Self {
+        self.default.on_unknown = on_unknown;
+        self
+    }
+
     /// Settings for the tool named `name` only: `configure` gets a copy of the server's
     /// defaults (as they are at [`build`](Self::build)) and changes what it needs (`ttl`,
-    /// `lease`, `wait`, `heartbeat`, `scope`, `on_cancel`, `store`; the name and
+    /// `lease`, `wait`, `heartbeat`, `scope`, `on_cancel`, `on_unknown`, `store`; the name and
     /// `reconcile` are the server's to set). A later call for the same name replaces it.
     pub fn tool_spec(
         mut self,
@@ -362,5 +370,37 @@ impl<H: ServerHandler> IdempotentServerBuilder<H> {
             overrides,
             excluded: self.excluded.into_iter().collect(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Plain;
+    impl ServerHandler for Plain {}
+
+    // pins M10, U2, U2a, U4: `on_cancel` and `on_unknown` default to hold, the builder sets
+    // them server-wide, and a per-tool override starts from the server's and changes one
+    #[test]
+    fn builder_sets_what_follows_a_cancel_and_an_unknown_outcome() {
+        let server = IdempotentServer::builder(Plain).build().unwrap();
+        assert_eq!(server.default.on_cancel, OnCancel::Hold);
+        assert_eq!(server.default.on_unknown, OnUnknown::Hold);
+        assert_eq!(
+            IdempotentServer::new(Plain).default.on_unknown,
+            OnUnknown::Hold
+        );
+        let server = IdempotentServer::builder(Plain)
+            .on_cancel(OnCancel::Release)
+            .on_unknown(OnUnknown::Rerun)
+            .tool_spec("send_refund", |spec| spec.on_unknown = OnUnknown::Hold)
+            .build()
+            .unwrap();
+        assert_eq!(server.default.on_cancel, OnCancel::Release);
+        assert_eq!(server.default.on_unknown, OnUnknown::Rerun);
+        let refund = &server.overrides["send_refund"];
+        assert_eq!(refund.on_cancel, OnCancel::Release);
+        assert_eq!(refund.on_unknown, OnUnknown::Hold);
     }
 }

@@ -9,7 +9,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
 use super::ops::to_sql;
-use super::sql::ROW;
+use super::sql::{live, ROW};
 use super::{Inner, PostgresStore};
 use crate::clock::Timestamp;
 use crate::key::IdempotencyKey;
@@ -37,7 +37,8 @@ impl Filter {
     /// The conditions of `query` on live records at `now`: every filter, and the cursor
     /// when `with_cursor` (a purge ignores it).
     ///
-    /// - live: `expires_at > now` (the `expires_at` index, or a filter);
+    /// - live: `(expires_at > now OR outcome IS NULL)`: a completed row until its expiry,
+    ///   any other whatever its expiry (S8; a filter);
     /// - tool: `tool = $n` (index `records_tool_created`); the tool `""` also matches rows
     ///   without a label, as [`ListQuery::matches`] does;
     /// - namespace: `namespace = $n` (no index of its own: a filter on the rows another
@@ -46,17 +47,19 @@ impl Filter {
     ///   order (the column's collation is `"C"`): exactly the paths whose parts begin with
     ///   the prefix's, since `/` joins parts, `0` is the byte after `/`, and values
     ///   percent-encode `/` (an equality and a range of index `records_scope`, no `LIKE`);
-    /// - state: which of `outcome`, `unknown_since` is set (a filter);
+    /// - state: the state at `now` (I7: an in-progress row whose lease lapsed at or before
+    ///   `now` is outcome unknown), from which of `outcome`, `decided_at`, `unknown_since`
+    ///   is set and `lease_until` (a filter);
     /// - creation range: `created_at >= $n`, `created_at < $n`;
-    /// - cursor: `(created_at, key) < ($n, $m)` in listing order (index `records_created`,
-    ///   or `records_tool_created` after a tool).
+    /// - cursor: `(created_at, key) < ($n, $m)` in listing order, `>` oldest first (index
+    ///   `records_created`, or `records_tool_created` after a tool).
     fn of(query: &ListQuery, now: i64, with_cursor: bool) -> Self {
         let mut f = Filter {
             conditions: Vec::new(),
             params: Vec::new(),
         };
         let now = f.bind(Box::new(now));
-        f.conditions.push(format!("expires_at > {now}"));
+        f.conditions.push(live(&now));
         if let Some(tool) = &query.tool {
             let empty = tool.is_empty();
             let p = f.bind(Box::new(tool.clone()));
@@ -77,7 +80,7 @@ impl Filter {
             ));
         }
         if let Some(state) = query.state {
-            f.conditions.push(state_condition(state).to_owned());
+            f.conditions.push(state_condition(state, &now));
         }
         if let Some(from) = query.created_from {
             let p = f.bind(Box::new(to_sql(from)));
@@ -90,8 +93,9 @@ impl Filter {
         if let (Some(cursor), true) = (&query.after, with_cursor) {
             let created_at = f.bind(Box::new(to_sql(cursor.created_at)));
             let key = f.bind(Box::new(cursor.key.as_str().to_owned()));
+            let after = if query.oldest_first { ">" } else { "<" };
             f.conditions.push(format!(
-                "(created_at, key COLLATE \"C\") < ({created_at}::BIGINT, {key}::TEXT)"
+                "(created_at, key COLLATE \"C\") {after} ({created_at}::BIGINT, {key}::TEXT)"
             ));
         }
         f
@@ -110,25 +114,34 @@ impl Filter {
     }
 }
 
-/// The condition of rows in `state` (see `sql::STATE`).
-fn state_condition(state: StateFilter) -> &'static str {
+/// The condition of rows in `state` at `now` (a placeholder), as `sql::state_at` names
+/// them (I7): a row with an owner is outcome unknown once marked so or once its lease
+/// lapsed at or before `now`, else in progress.
+fn state_condition(state: StateFilter, now: &str) -> String {
     match state {
-        StateFilter::InProgress => "(outcome IS NULL AND unknown_since IS NULL)",
-        StateFilter::OutcomeUnknown => "unknown_since IS NOT NULL",
-        StateFilter::Completed => "outcome IS NOT NULL",
+        StateFilter::InProgress => {
+            format!("(owner IS NOT NULL AND unknown_since IS NULL AND lease_until > {now})")
+        }
+        StateFilter::OutcomeUnknown => {
+            format!("(owner IS NOT NULL AND (unknown_since IS NOT NULL OR lease_until <= {now}))")
+        }
+        StateFilter::Completed => "outcome IS NOT NULL".to_owned(),
+        StateFilter::NotApplied => "decided_at IS NOT NULL".to_owned(),
     }
 }
 
 impl Inner {
     /// The listing statement of `query` at `now` and its parameters: the key and the
-    /// record's columns (`sql::ROW`), newest first, at most one more than a page (which
-    /// says whether a next page exists).
+    /// record's columns (`sql::ROW`), newest first (oldest first with
+    /// [`ListQuery::oldest_first`]), at most one more than a page (which says whether a
+    /// next page exists).
     fn list_statement(&self, query: &ListQuery, now: i64) -> (String, Filter) {
         let mut filter = Filter::of(query, now, true);
         let limit = filter.bind(Box::new(i64::try_from(query.page_size() + 1).unwrap_or(1)));
+        let order = if query.oldest_first { "ASC" } else { "DESC" };
         let sql = format!(
             "SELECT key, {ROW} FROM {s}.records WHERE {conditions}
-             ORDER BY created_at DESC, key COLLATE \"C\" DESC LIMIT {limit}",
+             ORDER BY created_at {order}, key COLLATE \"C\" {order} LIMIT {limit}",
             s = self.quoted_schema(),
             conditions = filter.sql(),
         );
@@ -196,8 +209,8 @@ impl Inner {
     }
 
     /// Deletes the live records matching `query` (I4): one statement, which without
-    /// `force` also counts the matching records it keeps (in progress or outcome unknown),
-    /// both as of the statement's snapshot.
+    /// `force` also counts the matching records it keeps (every record not completed: in
+    /// progress, outcome unknown, not applied), both as of the statement's snapshot.
     pub(super) async fn purge_matching(
         &self,
         query: &ListQuery,
@@ -239,7 +252,7 @@ impl Inner {
         })
     }
 
-    /// Live records by tool and state (I5): one statement.
+    /// Live records by tool and state at `now` (I5, I7): one statement.
     pub(super) async fn stats(&self, now: i64) -> Result<StoreStats, StoreError> {
         let client = self.client().await?;
         let stmt = self.prepare(&client, &self.sql.stats).await?;
@@ -256,6 +269,7 @@ impl Inner {
             let n: i64 = row.try_get(2).map_err(bad)?;
             let state = match state.as_str() {
                 "completed" => StateFilter::Completed,
+                "not_applied" => StateFilter::NotApplied,
                 "outcome_unknown" => StateFilter::OutcomeUnknown,
                 _ => StateFilter::InProgress,
             };
@@ -337,6 +351,7 @@ mod tests {
                 created_at: Timestamp::from_millis(7),
                 key: IdempotencyKey::from_hex(&"a".repeat(64)).unwrap(),
             }),
+            oldest_first: false,
         };
         let with_cursor = Filter::of(&query, 3, true);
         let sql = with_cursor.sql();
@@ -345,20 +360,56 @@ mod tests {
         assert!(!sql.to_lowercase().contains("like"), "{sql}");
         assert_eq!(
             sql,
-            "expires_at > $1 AND tool = $2::TEXT AND namespace = $3::TEXT AND \
-             (scope = $4::TEXT OR (scope >= ($4::TEXT || '/') AND scope < ($4::TEXT || '0'))) \
+            "(expires_at > $1 OR outcome IS NULL) AND tool = $2::TEXT AND namespace = $3::TEXT \
+             AND (scope = $4::TEXT OR (scope >= ($4::TEXT || '/') AND scope < ($4::TEXT || '0'))) \
              AND outcome IS NOT NULL AND created_at >= $5::BIGINT AND created_at < $6::BIGINT \
              AND (created_at, key COLLATE \"C\") < ($7::BIGINT, $8::TEXT)"
         );
         let without = Filter::of(&query, 3, false);
         assert_eq!(without.params.len(), 6);
         assert!(!without.sql().contains("$7"));
+        let oldest_first = Filter::of(
+            &ListQuery {
+                oldest_first: true,
+                ..query.clone()
+            },
+            3,
+            true,
+        );
+        assert!(
+            oldest_first
+                .sql()
+                .ends_with("(created_at, key COLLATE \"C\") > ($7::BIGINT, $8::TEXT)"),
+            "the cursor continues upward: {}",
+            oldest_first.sql()
+        );
         let everything = Filter::of(&ListQuery::new(), 3, true);
-        assert_eq!(everything.sql(), "expires_at > $1");
+        assert_eq!(everything.sql(), "(expires_at > $1 OR outcome IS NULL)");
         let unlabelled = Filter::of(&ListQuery::new().tool(""), 3, true);
         assert_eq!(
             unlabelled.sql(),
-            "expires_at > $1 AND (tool = $2::TEXT OR tool IS NULL)"
+            "(expires_at > $1 OR outcome IS NULL) AND (tool = $2::TEXT OR tool IS NULL)"
+        );
+    }
+
+    // pins I7: the state filter is the effective state at `now`, bound as the listing's
+    // `now` (never spliced): a lapsed lease is an unknown outcome, not in progress
+    #[test]
+    fn the_state_filter_is_the_effective_state_at_now() {
+        let of = |state| Filter::of(&ListQuery::new().state(state), 3, true).sql();
+        assert_eq!(
+            of(StateFilter::InProgress),
+            "(expires_at > $1 OR outcome IS NULL) AND \
+             (owner IS NOT NULL AND unknown_since IS NULL AND lease_until > $1)"
+        );
+        assert_eq!(
+            of(StateFilter::OutcomeUnknown),
+            "(expires_at > $1 OR outcome IS NULL) AND \
+             (owner IS NOT NULL AND (unknown_since IS NOT NULL OR lease_until <= $1))"
+        );
+        assert_eq!(
+            of(StateFilter::NotApplied),
+            "(expires_at > $1 OR outcome IS NULL) AND decided_at IS NOT NULL"
         );
     }
 }

@@ -3,7 +3,7 @@
 //! Enabled by the `postgres` cargo feature. Built on [`tokio_postgres`] 0.7 with a
 //! [`deadpool_postgres`] 0.14 connection pool (16 connections, plain TCP without TLS).
 //!
-//! # Schema (version 3)
+//! # Schema (version 4)
 //!
 //! Created on first use, inside one transaction holding a transaction-level advisory
 //! lock (so that stores starting together do not race), in the schema given to
@@ -13,29 +13,37 @@
 //! CREATE SCHEMA IF NOT EXISTS idem;
 //! CREATE TABLE idem.meta (
 //!     name  TEXT PRIMARY KEY,               -- 'schema_version'
-//!     value BIGINT NOT NULL                 -- 3
+//!     value BIGINT NOT NULL                 -- 4
 //! );
 //! CREATE TABLE idem.records (
 //!     key           TEXT PRIMARY KEY,        -- the idempotency key (64 hex digits)
 //!     fingerprint   TEXT NOT NULL,           -- 64 hex digits (S9)
 //!     created_at    BIGINT NOT NULL,         -- ms since the Unix epoch
-//!     expires_at    BIGINT NOT NULL,         -- ms; live while now < expires_at (S8)
+//!     expires_at    BIGINT NOT NULL,         -- ms; completed: live while now < expires_at (S8)
 //!     owner         TEXT,                    -- held: owner token, 32 hex digits
 //!     lease_until   BIGINT,                  -- held: lease deadline, ms (S6, L1)
 //!     outcome       TEXT,                    -- completed: the envelope JSON, verbatim (S11)
 //!     completed_at  BIGINT,                  -- completed: ms
 //!     fence         BIGINT NOT NULL DEFAULT 1, -- fencing token of the claim (F1)
 //!     unknown_since BIGINT,                  -- outcome unknown since, ms (U1)
-//!     CHECK ((owner IS NOT NULL AND lease_until IS NOT NULL
-//!             AND outcome IS NULL AND completed_at IS NULL)
-//!         OR (owner IS NULL AND lease_until IS NULL
-//!             AND outcome IS NOT NULL AND completed_at IS NOT NULL)),
 //!     CONSTRAINT records_fence_positive CHECK (fence >= 1),
 //!     CONSTRAINT records_unknown_has_owner CHECK (unknown_since IS NULL OR owner IS NOT NULL),
 //!     tool          TEXT,                    -- label (P1): the tool's name
 //!     namespace     TEXT,                    -- label: the engine's namespace (K11), if any
 //!     scope         TEXT COLLATE "C",        -- label: the scope path's text (`tenant=acme/…`)
-//!     key_args      TEXT                     -- label: audited key arguments (P2), if opted in
+//!     key_args      TEXT,                    -- label: audited key arguments (P2), if opted in
+//!     source          TEXT,                  -- completed: executed, reconciled, resolved (U6)
+//!     decided_at      BIGINT,                -- not applied: when decided, ms (U6)
+//!     history         TEXT,                  -- the history's entries, one JSON line each (U7)
+//!     history_len     INTEGER NOT NULL DEFAULT 0, -- how many lines `history` holds (≤ 32)
+//!     history_dropped BIGINT NOT NULL DEFAULT 0,  -- how many older entries were dropped
+//!     CONSTRAINT records_state CHECK (
+//!            (owner IS NOT NULL AND lease_until IS NOT NULL          -- held
+//!             AND outcome IS NULL AND completed_at IS NULL AND decided_at IS NULL)
+//!         OR (owner IS NULL AND lease_until IS NULL                  -- completed
+//!             AND outcome IS NOT NULL AND completed_at IS NOT NULL AND decided_at IS NULL)
+//!         OR (owner IS NULL AND lease_until IS NULL                  -- not applied
+//!             AND outcome IS NULL AND completed_at IS NULL AND decided_at IS NOT NULL))
 //! );
 //! CREATE INDEX records_expires_at ON idem.records (expires_at);
 //! CREATE INDEX records_created ON idem.records (created_at, key COLLATE "C");
@@ -44,23 +52,41 @@
 //! ```
 //!
 //! A row is in progress when `owner` is set and `unknown_since` is not, outcome unknown
-//! when both are set (it keeps the owner and the lease that gave up), and completed when
-//! `outcome` is set. The label columns are written by every claim and takeover (P1) and are
-//! all `NULL` in a row written before version 3, which reads with no label (P4). Times are
-//! whole milliseconds since the Unix epoch, the unit of
-//! [`Timestamp`]; an instant at or past `i64::MAX` ms is stored as `i64::MAX` (as in the
-//! SQLite store), and so is a fence past `i64::MAX`. The outcome is `TEXT`, not `JSONB`, so
-//! that it reads back byte for byte (S11). Keys, fingerprints, owners, outcomes, times and
-//! fences are always bound as parameters; the schema name is the only name in the SQL
-//! text, and it must be a plain lowercase identifier (checked, then quoted).
+//! when both are set (it keeps the owner and the lease that gave up), completed when
+//! `outcome` is set (its `source` `NULL` in a row completed before version 4: executed),
+//! and not applied when only `decided_at` is set (U6: a person decided the effect did not
+//! happen; the fence, fingerprint, label and history stay). Only a completed row expires:
+//! a row in any other state is live whatever its `expires_at` (S8), so every statement's
+//! test of a live row is `(expires_at > $now OR outcome IS NULL)`. The label columns are
+//! written by every claim and takeover (P1) and are all `NULL` in a row written before
+//! version 3, which reads with no label (P4). Times are whole milliseconds since the Unix
+//! epoch, the unit of [`Timestamp`]; an instant at or past `i64::MAX` ms is stored as
+//! `i64::MAX` (as in the SQLite store), and so is a fence past `i64::MAX`. The outcome is
+//! `TEXT`, not `JSONB`, so that it reads back byte for byte (S11). Keys, fingerprints,
+//! owners, outcomes, times, fences and history entries are always bound as parameters; the
+//! schema name is the only name in the SQL text, and it must be a plain lowercase
+//! identifier (checked, then quoted).
 //!
-//! ## Upgrades from versions 1 and 2 (P4)
+//! The history (U7) is kept in the row: `history` holds the entries' stored lines
+//! ([`HistoryEntry::to_json`](crate::store::HistoryEntry::to_json)) oldest first, separated
+//! by a newline (`chr(10)`, which a JSON line never holds unescaped), `history_len` how many
+//! there are and `history_dropped` how many older ones were dropped. Every statement that
+//! moves a row (claim, take over, mark unknown, complete, transition) appends its entry in
+//! its own `SET`: when 32 ([`HISTORY_LIMIT`](crate::store::HISTORY_LIMIT)) are kept, the
+//! first line (everything up to and including the first newline) is cut and
+//! `history_dropped` grows by one. A claim over an expired record starts a new history;
+//! renewals add nothing; a row written before version 4 has an empty history (`NULL`, 0, 0)
+//! until its next transition.
+//!
+//! ## Upgrades from versions 1, 2 and 3 (P4)
 //!
 //! Version 1 (this crate before fencing tokens) had no `fence` and no `unknown_since`;
-//! version 2 (before labels) had neither the label columns nor the listing indexes. A
-//! store that finds either upgrades it in place to version 3, in one batch inside the same
-//! transaction and under the same advisory lock as the creation (so concurrent first uses
-//! upgrade once), version 1 first taking the step to version 2:
+//! version 2 (before labels) had neither the label columns nor the listing indexes;
+//! version 3 (before decisions and histories) had no `source`, `decided_at` and history
+//! columns, and an unnamed state check (`records_check`) that forbids a row with neither an
+//! owner nor an outcome. A store that finds one of them upgrades it in place to version 4,
+//! in one batch inside the same transaction and under the same advisory lock as the
+//! creation (so concurrent first uses upgrade once), taking the steps from its version on:
 //!
 //! ```sql
 //! -- version 1 only:
@@ -80,19 +106,31 @@
 //! CREATE INDEX IF NOT EXISTS records_tool_created
 //!     ON idem.records (tool, created_at, key COLLATE "C");
 //! CREATE INDEX IF NOT EXISTS records_scope ON idem.records (scope);
-//! UPDATE idem.meta SET value = 3 WHERE name = 'schema_version' AND value IN (1, 2);
+//! -- versions 1, 2 and 3:
+//! ALTER TABLE idem.records
+//!     ADD COLUMN source TEXT,
+//!     ADD COLUMN decided_at BIGINT,
+//!     ADD COLUMN history TEXT,
+//!     ADD COLUMN history_len INTEGER NOT NULL DEFAULT 0,
+//!     ADD COLUMN history_dropped BIGINT NOT NULL DEFAULT 0,
+//!     DROP CONSTRAINT records_check,
+//!     ADD CONSTRAINT records_state CHECK (…as above…) NOT VALID;
+//! UPDATE idem.meta SET value = 4 WHERE name = 'schema_version' AND value IN (1, 2, 3);
 //! ```
 //!
 //! Every record is kept: in progress, outcome unknown and completed records read back and
-//! replay as before, with no label (and, from version 1, fence 1). From PostgreSQL 11 on,
-//! adding the columns rewrites and scans no row (a constant default or none; the checks
-//! hold for every old row, so they are `NOT VALID`). Building the three indexes reads the
-//! table once and blocks writes to it until the set-up commits: for a large table, build
-//! them beforehand with `CREATE INDEX CONCURRENTLY` under these names (the upgrade keeps
-//! indexes that exist). Stop the processes of the older build before the first process of
-//! this one starts: the older build does not write labels (its records would list without
-//! one) and a version 1 build knows no fence. A schema of a version other than 1, 2 or 3
-//! is refused, and left untouched, with [`StoreErrorKind::Unsupported`].
+//! replay as before, with no label (before version 3), fence 1 (before version 2), source
+//! executed and an empty history (before version 4). From PostgreSQL 11 on, adding the
+//! columns rewrites and scans no row (a constant default or none; the checks hold for every
+//! old row, so they are `NOT VALID`). Building the three indexes reads the table once and
+//! blocks writes to it until the set-up commits: for a large table, build them beforehand
+//! with `CREATE INDEX CONCURRENTLY` under these names (the upgrade keeps indexes that
+//! exist). Stop the processes of the older build before the first process of this one
+//! starts: an older build writes no history and no source, does not know the not-applied
+//! state, and its statements treat a record not completed whose `expires_at` passed as
+//! expired (a version 3 build would claim over an undecided unknown outcome). A schema of a
+//! version other than 1 to 4 is refused, and left untouched, with
+//! [`StoreErrorKind::Unsupported`].
 //!
 //! ## Inspection without changes
 //!
@@ -102,43 +140,70 @@
 //! exist and reads the version, and refuses a missing schema ("no idem schema `…` in the
 //! PostgreSQL database …") or another version with [`StoreErrorKind::Unsupported`]. It takes
 //! no lock and needs only `USAGE` on the schema and `SELECT` on its tables (`DELETE` to
-//! purge).
+//! purge, `UPDATE` to record decisions).
 //!
-//! # Operations (S2, S6, S8, F1, L1, U1)
+//! # Operations (S2, S6, S8, F1, L1, U1, U6, U7)
 //!
 //! - claim: one statement,
-//!   `WITH live AS (SELECT … FROM records WHERE key = $1 AND expires_at > now), ins AS
-//!   (INSERT … SELECT … WHERE NOT EXISTS (SELECT 1 FROM live) ON CONFLICT (key) DO UPDATE
-//!   … WHERE records.expires_at <= now RETURNING fence) SELECT … FROM ins UNION ALL
-//!   SELECT … FROM live WHERE NOT EXISTS (SELECT 1 FROM ins)`: inserts if the key is absent
-//!   (fence 1) or expired (the expired row's fence + 1), and otherwise returns the live
-//!   row, in one round trip. When the statement's snapshot already shows a live row (a
-//!   replay, a waiting duplicate) the insert is not attempted at all, so the statement
-//!   writes nothing, takes no transaction id and its commit waits for no WAL flush: a
-//!   replay is a plain read. The one case it cannot answer is a race with a concurrent
-//!   first claim of the same key that committed after this statement's snapshot: the
-//!   insert waited for it and wrote nothing, and the snapshot does not show the row. Then
-//!   the store reads the row in a second statement (a new snapshot), and retries the claim
-//!   if that row is gone again, up to 8 times.
+//!   `WITH live AS (SELECT … FROM records WHERE key = $1 AND (expires_at > now OR outcome
+//!   IS NULL)), upd AS (UPDATE records SET … owner, lease, fence + 1, decided_at = NULL,
+//!   history = <append claimed> WHERE key = $1 AND decided_at IS NOT NULL AND fingerprint =
+//!   $2 AND EXISTS (SELECT 1 FROM live WHERE <not applied, same fingerprint>) RETURNING
+//!   fence), ins AS (INSERT … history = <claimed> WHERE NOT EXISTS (SELECT 1 FROM live) ON
+//!   CONFLICT (key) DO UPDATE … fence + 1, history = <claimed>, history_len = 1,
+//!   history_dropped = 0 WHERE records.outcome IS NOT NULL AND records.expires_at <= now
+//!   RETURNING fence) SELECT TRUE, …, fence, …, FALSE FROM ins UNION ALL SELECT TRUE, …,
+//!   fence, …, TRUE FROM upd UNION ALL SELECT FALSE, <the live row>, FALSE FROM live WHERE
+//!   NOT <not applied, same fingerprint>`: inserts if the key is absent (fence 1) or
+//!   replaces an expired completed row (its fence + 1, a new history); re-claims a row
+//!   decided not applied with the caller's fingerprint (its fence + 1, the `claimed` entry
+//!   appended to its history: [`Claim::Acquired`](crate::store::Claim::Acquired) with
+//!   `reopened`); otherwise returns the live row, in one round trip. The `claimed` entry is
+//!   built by the SQL (`'{"at":' || now || ',"event":"claimed","fence":' || fence || …`),
+//!   the line [`HistoryEntry::claimed`](crate::store::HistoryEntry::claimed) writes. When
+//!   the statement's snapshot already shows a live row that is not to be re-claimed (a
+//!   replay, a waiting duplicate, another fingerprint) neither write is attempted, so the
+//!   statement writes nothing, takes no transaction id and its commit waits for no WAL
+//!   flush: a replay is a plain read. The cases it cannot answer are races: a concurrent
+//!   first claim of the same key committed after this statement's snapshot (the insert
+//!   waited for it and wrote nothing, and the snapshot does not show the row), or a
+//!   concurrent change of the not-applied row the snapshot showed (the update re-checks
+//!   the row it finds and writes nothing). Then the store reads the row in a second
+//!   statement (a new snapshot), and retries the claim if that row is gone again, or is
+//!   again not applied with the caller's fingerprint, up to 8 times.
 //! - take over, renew, mark unknown, complete, release: one compare-and-set statement
-//!   each, `UPDATE/DELETE … WHERE key = $1 AND owner = $2 …`. Take over also compares the
-//!   seen lease and accepts a row in progress or outcome unknown, storing the caller's
-//!   fence; renew, mark unknown, complete and release accept only a row in progress
-//!   (`unknown_since IS NULL`).
+//!   each, `UPDATE/DELETE … WHERE key = $1 AND owner = $2 …` (a row with an owner is never
+//!   expired). Take over also compares the seen lease and accepts a row in progress or
+//!   outcome unknown, storing the caller's fence; renew, mark unknown, complete and release
+//!   accept only a row in progress (`unknown_since IS NULL`). Take over, mark unknown and
+//!   complete append the request's entry to the history in the same `UPDATE`; complete
+//!   also stores the outcome's `source` (its name, `executed` too).
+//! - transition (U2, U6): one statement, `UPDATE records SET <the target's columns>,
+//!   <append entry> WHERE key = $1 AND fence = $2 AND (expires_at > now OR outcome IS NULL)
+//!   AND <the state seen>`: in progress with the owner seen (and the lease seen, if given),
+//!   outcome unknown with the owner and lease seen, or not applied. The target outcome
+//!   unknown (only from in progress) sets `unknown_since`, keeping owner and lease;
+//!   completed clears owner, lease and unknown mark, stores outcome, `completed_at` = now and
+//!   source, and raises `expires_at` to the request's; not applied clears everything but
+//!   the fence, fingerprint, times, label and history, and sets `decided_at` = now.
+//! - history: one statement, `SELECT history, history_dropped … WHERE key = $1 AND
+//!   (expires_at > now OR outcome IS NULL)`.
 //! - claim and take over write the label columns of the call (P1); every read decodes them.
 //! - expiry is compared with the `now` the engine passes in, never the server's clock.
-//! - garbage collection (G1) is judged by the caller's clock *and* the server's: a row is
-//!   deleted only once its `expires_at` and, unless completed, its `lease_until` lie at or
-//!   before the cutoff `min(caller's now, server's statement_timestamp()) − margin`.
-//!   Every 1024 claims of a store a background task deletes at most 256 rows with the
-//!   margin [`GC_DRIFT_MARGIN_MS`] (one hour) + 1 ms and the
-//!   claim's `now`, so a caller whose clock runs ahead, even by a year, deletes nothing
-//!   that the server's clock still sees live; [`PostgresStore::collect_garbage`] deletes
-//!   all rows that are garbage at the `now` it is given, with no margin.
+//! - garbage collection (G1) deletes completed rows only, judged by the caller's clock
+//!   *and* the server's: a row is deleted only once it is completed and its `expires_at`
+//!   lies at or before the cutoff `min(caller's now, server's statement_timestamp()) −
+//!   margin`; a row in progress, outcome unknown or not applied is never collected,
+//!   however old (S8, U2). Every 1024 claims of a store a background task deletes at most
+//!   256 rows with the margin [`GC_DRIFT_MARGIN_MS`] (one hour) + 1 ms and the claim's
+//!   `now`, so a caller whose clock runs ahead, even by a year, deletes nothing that the
+//!   server's clock still sees live; [`PostgresStore::collect_garbage`] deletes all rows
+//!   that are garbage at the `now` it is given, with no margin.
 //!
 //! Each statement is prepared once per pooled connection and then costs one round trip:
-//! a first execution costs two (claim, complete), a replay one (claim), a renewal (the
-//! heartbeat) and a mark unknown one each; a listing, a purge, a purge by filter and the
+//! a first execution costs two (claim, complete: the history entries ride in the same
+//! statements), a replay one (claim), a renewal (the heartbeat), a mark unknown, a
+//! transition and a history read one each; a listing, a purge, a purge by filter and the
 //! counts one each. [`Store::round_trips`] counts every statement
 //! exchange, including each prepare of a statement that the connection has not prepared
 //! yet and the schema set-up statements (`BEGIN`, advisory lock, creation batch, version
@@ -146,23 +211,31 @@
 //! current version skips both); the background collection's statement counts too;
 //! opening and authenticating a pooled connection is not counted. Clones share the count.
 //!
-//! # Inspection (I3–I5)
+//! # Inspection (I3–I5, I7)
 //!
 //! [`Store::list`], [`Store::purge`], [`Store::purge_matching`] and [`Store::stats`] are one
-//! statement each, and judge expiry by the `now` passed in. A listing's statement is built
-//! from the filters the query sets, with every value bound as a parameter:
+//! statement each, and judge expiry and leases by the `now` passed in. A listing's
+//! statement is built from the filters the query sets, with every value bound as a
+//! parameter:
 //!
 //! ```sql
 //! SELECT key, … FROM idem.records
-//! WHERE expires_at > $now
+//! WHERE (expires_at > $now OR outcome IS NULL)
 //!   AND tool = $tool                                         -- if given
 //!   AND namespace = $namespace                               -- if given
 //!   AND (scope = $p OR (scope >= $p || '/' AND scope < $p || '0'))   -- a scope prefix
-//!   AND outcome IS NOT NULL                                  -- or the other states
+//!   AND outcome IS NOT NULL                                  -- or another state, below
 //!   AND created_at >= $from AND created_at < $before         -- if given
 //!   AND (created_at, key COLLATE "C") < ($cursor_created_at, $cursor_key)  -- next pages
 //! ORDER BY created_at DESC, key COLLATE "C" DESC LIMIT $page_size + 1
 //! ```
+//!
+//! Oldest first ([`ListQuery::oldest_first`](crate::store::ListQuery::oldest_first)) sorts
+//! `ASC` and continues with `(created_at, key) > cursor`. The state filter is the state at
+//! `now` (I7): in progress `owner IS NOT NULL AND unknown_since IS NULL AND lease_until >
+//! $now`; outcome unknown `owner IS NOT NULL AND (unknown_since IS NOT NULL OR lease_until
+//! <= $now)` (a lapsed lease is an unknown outcome); completed `outcome IS NOT NULL`; not
+//! applied `decided_at IS NOT NULL`. The counts group by the same state at `now`.
 //!
 //! The scope prefix is matched on the path's text in byte order (`scope` is `COLLATE
 //! "C"`): parts are joined by `/` and values percent-encode `/`, so the paths whose parts
@@ -170,32 +243,34 @@
 //! including, `prefix0` (`0` is the byte after `/`): an equality and a range of
 //! `records_scope`, exact. No `LIKE`: a `_` or `%` in a scope value would be a wildcard
 //! there. Without a scope, a listing walks `records_created` (or, with a tool,
-//! `records_tool_created`) backwards from the cursor and stops after a page: its cost is
-//! the page, plus the rows the other filters skip. With a scope, the matching rows are
-//! fetched from `records_scope` and sorted: its cost is the records under the
-//! prefix. Each combination of filters set is one statement text, prepared once per
-//! pooled connection; [`PostgresStore::explain_list`] shows the server's plan.
+//! `records_tool_created`) from the cursor (backwards, or forwards oldest first) and stops
+//! after a page: its cost is the page, plus the rows the other filters skip. With a scope,
+//! the matching rows are fetched from `records_scope` and sorted: its cost is the records
+//! under the prefix. Each combination of filters set is one statement text, prepared once
+//! per pooled connection; [`PostgresStore::explain_list`] shows the server's plan.
 //!
 //! A purge deletes one key's live row if completed, or with `force` (`DELETE …
-//! RETURNING`), and answers the kept row in the same statement; an expired row is left to
-//! garbage collection. A purge by filter deletes the matching live rows in one statement
-//! (completed ones only without `force`) and counts the ones it kept from the same
-//! snapshot; the cursor and page size do not apply. Counts are one `GROUP BY tool, state`
-//! over the live rows (a scan: cost in the live records).
+//! RETURNING`), and answers the kept row (in progress, outcome unknown or not applied) in
+//! the same statement; an expired row is left to garbage collection. A purge by filter
+//! deletes the matching live rows in one statement (completed ones only without `force`)
+//! and counts the ones it kept from the same snapshot; the cursor and page size do not
+//! apply. Counts are one `GROUP BY tool, state` over the live rows (a scan: cost in the
+//! live records).
 //!
 //! # Outages and timeouts (S10)
 //!
 //! Connecting and waiting for a pooled connection time out after 5 s each, and every
-//! operation (claim, take over, renew, mark unknown, complete, release, read, list, purge,
-//! counts; not a purge by filter, nor [`PostgresStore::collect_garbage`]) fails with
-//! [`StoreErrorKind::Unavailable`] after [`OPERATION_TIMEOUT`] (10 s) at most, also when the
-//! server stops answering without closing its connections; then the idle pooled
-//! connections are closed so that the next operation connects afresh. A server that is down
-//! (connection refused or closed) fails an operation at once. Connections the server closed
-//! are dropped from the pool when next taken (`RecyclingMethod::Fast` checks
-//! `is_closed`), so service resumes with the first operation after the server is back.
-//! A claim whose answer never came may still have been applied: the key is then in
-//! progress, owned by nobody, until its lease lapses (S6), and no body runs before then.
+//! operation (claim, take over, renew, mark unknown, complete, release, transition,
+//! history, read, list, purge, counts; not a purge by filter, nor
+//! [`PostgresStore::collect_garbage`]) fails with [`StoreErrorKind::Unavailable`] after
+//! [`OPERATION_TIMEOUT`] (10 s) at most, also when the server stops answering without
+//! closing its connections; then the idle pooled connections are closed so that the next
+//! operation connects afresh. A server that is down (connection refused or closed) fails
+//! an operation at once. Connections the server closed are dropped from the pool when next
+//! taken (`RecyclingMethod::Fast` checks `is_closed`), so service resumes with the first
+//! operation after the server is back. A claim whose answer never came may still have
+//! been applied: the key is then in progress, owned by nobody, until its lease lapses
+//! (S6), and no body runs before then.
 //!
 //! Errors the server reports carry its message, detail, hint and SQLSTATE code. Those that
 //! retrying cannot fix are not transient: SQLSTATE classes `42` (syntax error or access
@@ -210,24 +285,30 @@
 //! thread). Driven outside a tokio runtime (a sync tool's `run_blocking` with no runtime),
 //! every operation fails at once with [`StoreErrorKind::Unsupported`]: use the SQLite or
 //! memory store from sync tools, or call them inside a runtime. If a caller drops a claim
-//! or takeover future while its statement is in flight, and the statement then acquires
-//! the claim, the store releases it at once (S7). [`Store::watch`] returns `None`: waiting
-//! duplicates poll with backoff (S5), so a record marked unknown is seen at their next
-//! poll.
+//! future while its statement is in flight, and the statement then acquires the claim of
+//! an absent or expired key, the store releases it at once (S7); a re-claim of a key
+//! decided not applied is not released that way (a release would delete the record and
+//! its history): it stays in progress until its lease lapses. [`Store::watch`] returns
+//! `None`: waiting duplicates poll with backoff (S5), so a record marked unknown is seen
+//! at their next poll.
 //!
 //! # Modules
 //!
 //! `schema` (creation, version check, upgrades), `sql` (the operations' statements),
-//! `ops` (connections, prepared statements, the claim, decoding rows), `inspect` (listing,
-//! purging and counting: the statements built from filters), `runtime` (each operation a
-//! task bounded in time) and `errors` (typed errors).
+//! `ops` (connections, prepared statements, the claim, decoding rows and histories),
+//! `store_impl` (the [`Store`] operations), `inspect` (listing, purging and counting: the
+//! statements built from filters), `runtime` (each operation a task bounded in time) and
+//! `errors` (typed errors).
 
 mod errors;
 mod inspect;
 mod ops;
 mod runtime;
 mod schema;
+#[cfg(test)]
+mod server_tests;
 mod sql;
+mod store_impl;
 
 use std::fmt;
 use std::str::FromStr;
@@ -239,22 +320,14 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio::sync::OnceCell;
 use tokio_postgres::NoTls;
 
-use super::in_flight::Undo;
 use super::redact::redact_url as redact;
-use super::sql_row::SqlLabel;
 #[cfg(doc)]
-use super::StoreErrorKind;
-use super::{
-    Claim, ClaimRequest, Completion, ListPage, ListQuery, MarkUnknownRequest, OwnerToken,
-    PurgeCounts, PurgeOutcome, Record, RenewRequest, Store, StoreError, StoreFuture, StoreStats,
-    TakeoverRequest, GC_DRIFT_MARGIN_MS,
-};
+use super::{Store, StoreErrorKind};
+use super::{StoreError, GC_DRIFT_MARGIN_MS};
 use crate::clock::Timestamp;
-use crate::envelope::Envelope;
-use crate::key::IdempotencyKey;
 
 pub use errors::PostgresConnectError;
-use ops::{fence_to_sql, owner_to_sql, to_sql};
+use ops::to_sql;
 pub use schema::POSTGRES_SCHEMA_VERSION;
 use schema::{valid_schema, SchemaSql};
 use sql::Statements;
@@ -269,7 +342,7 @@ const POOL_SIZE: usize = 16;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long one operation (claim, take over, renew, mark unknown, complete, release,
-/// read, list, purge, counts: waiting for a pooled connection, connecting, and its
+/// transition, history, read, list, purge, counts: waiting for a pooled connection, connecting, and its
 /// statements) may take before it fails with [`StoreErrorKind::Unavailable`]: 10 s.
 pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -421,9 +494,10 @@ impl PostgresStore {
     }
 
     /// Deletes every record that is garbage at `now` (ms since the Unix epoch) and
-    /// returns how many: a record that expired at or before `now`, and, unless completed,
-    /// whose lease lapsed at or before `now` too — judged also by the server's clock, so
-    /// that a `now` ahead of the server deletes nothing the server still sees live (G1).
+    /// returns how many: a completed record that expired at or before `now` — judged also
+    /// by the server's clock, so that a `now` ahead of the server deletes nothing the
+    /// server still sees live (G1). A record that is not completed (in progress, outcome
+    /// unknown, not applied) is never deleted, however old (S8).
     /// No drift margin is applied: pass a time no later than every caller's clock (for
     /// example `now − GC_DRIFT_MARGIN_MS`) when callers' clocks may lag the server's. Not
     /// bounded by [`OPERATION_TIMEOUT`]: a large backlog may take longer.
@@ -481,242 +555,6 @@ impl fmt::Debug for PostgresStore {
             .field("url", &self.inner.url)
             .field("schema", &self.inner.schema)
             .finish()
-    }
-}
-
-impl Store for PostgresStore {
-    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, Claim> {
-        self.collect_now_and_then(req.now);
-        let key = req.key.as_str().to_owned();
-        let fingerprint = req.fingerprint.as_str().to_owned();
-        let owner = owner_to_sql(req.owner);
-        let times = [
-            to_sql(req.now),
-            to_sql(req.lease_until),
-            to_sql(req.expires_at),
-        ];
-        let label = SqlLabel::of(req.label);
-        let undo = Undo {
-            key: req.key.clone(),
-            owner: req.owner,
-            acquired: |claim: &Claim| matches!(claim, Claim::Acquired { .. }),
-        };
-        self.run(
-            move |inner| async move {
-                inner
-                    .claim(&key, &fingerprint, &owner, times, &label)
-                    .await
-            },
-            Some(undo),
-        )
-    }
-
-    fn take_over<'a>(&'a self, req: TakeoverRequest<'a>) -> StoreFuture<'a, bool> {
-        let key = req.key.as_str().to_owned();
-        let (owner, seen_owner) = (owner_to_sql(req.owner), owner_to_sql(req.seen_owner));
-        let times = [
-            to_sql(req.lease_until),
-            to_sql(req.now),
-            to_sql(req.expires_at),
-            to_sql(req.seen_lease_until),
-        ];
-        let fence = fence_to_sql(req.fence);
-        let label = SqlLabel::of(req.label);
-        self.run(
-            move |inner| async move {
-                let [lease_until, now, expires_at, seen_lease_until] = times;
-                inner
-                    .execute(
-                        "take over",
-                        &inner.sql.take_over,
-                        &[
-                            &owner,
-                            &lease_until,
-                            &now,
-                            &expires_at,
-                            &key,
-                            &seen_owner,
-                            &seen_lease_until,
-                            &fence,
-                            &label.tool,
-                            &label.namespace,
-                            &label.scope,
-                            &label.key_args,
-                        ],
-                    )
-                    .await
-                    .map(|updated| updated == 1)
-            },
-            // No undo: a takeover whose caller went away must not delete the record, whose
-            // outcome is unknown (U2); the claim lapses with its lease instead.
-            None,
-        )
-    }
-
-    fn renew<'a>(&'a self, req: RenewRequest<'a>) -> StoreFuture<'a, bool> {
-        let key = req.key.as_str().to_owned();
-        let owner = owner_to_sql(req.owner);
-        let (lease_until, now) = (to_sql(req.lease_until), to_sql(req.now));
-        self.run(
-            move |inner| async move {
-                inner
-                    .execute(
-                        "renew",
-                        &inner.sql.renew,
-                        &[&lease_until, &key, &owner, &now],
-                    )
-                    .await
-                    .map(|updated| updated == 1)
-            },
-            None,
-        )
-    }
-
-    fn mark_unknown<'a>(&'a self, req: MarkUnknownRequest<'a>) -> StoreFuture<'a, bool> {
-        let key = req.key.as_str().to_owned();
-        let owner = owner_to_sql(req.owner);
-        let (since, now) = (to_sql(req.since), to_sql(req.now));
-        self.run(
-            move |inner| async move {
-                inner
-                    .execute(
-                        "mark the outcome unknown",
-                        &inner.sql.mark_unknown,
-                        &[&since, &key, &owner, &now],
-                    )
-                    .await
-                    .map(|updated| updated == 1)
-            },
-            None,
-        )
-    }
-
-    fn complete<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        owner: OwnerToken,
-        outcome: &'a Envelope,
-        now: Timestamp,
-    ) -> StoreFuture<'a, Completion> {
-        let key = key.as_str().to_owned();
-        let outcome = outcome.as_str().to_owned();
-        let owner = owner_to_sql(owner);
-        self.run(
-            move |inner| async move {
-                inner
-                    .execute(
-                        "complete",
-                        &inner.sql.complete,
-                        &[&outcome, &to_sql(now), &key, &owner],
-                    )
-                    .await
-                    .map(|updated| {
-                        if updated == 1 {
-                            Completion::Saved
-                        } else {
-                            Completion::Fenced
-                        }
-                    })
-            },
-            None,
-        )
-    }
-
-    fn release<'a>(&'a self, key: &'a IdempotencyKey, owner: OwnerToken) -> StoreFuture<'a, bool> {
-        let key = key.as_str().to_owned();
-        let owner = owner_to_sql(owner);
-        self.run(
-            move |inner| async move {
-                inner
-                    .execute("release", &inner.sql.release, &[&key, &owner])
-                    .await
-                    .map(|deleted| deleted == 1)
-            },
-            None,
-        )
-    }
-
-    fn read<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        now: Timestamp,
-    ) -> StoreFuture<'a, Option<Record>> {
-        let key = key.as_str().to_owned();
-        self.run(
-            move |inner| async move { inner.read(&key, to_sql(now)).await },
-            None,
-        )
-    }
-
-    /// One statement (see [Inspection](self#inspection-i3i5)), served by an index walked
-    /// backwards: `records_created`, or `records_tool_created` with a tool; cost about a
-    /// page (plus rows the other filters skip). With a scope prefix, an equality and a range
-    /// of `records_scope`, then a sort: cost in the records under the prefix. One round
-    /// trip, two on a connection's first listing with this combination of filters.
-    fn list<'a>(&'a self, query: &'a ListQuery, now: Timestamp) -> StoreFuture<'a, ListPage> {
-        let query = query.clone();
-        self.run(
-            move |inner| async move { inner.list(&query, to_sql(now)).await },
-            None,
-        )
-    }
-
-    /// One statement, `DELETE … WHERE key = $1 … RETURNING` with the kept row in the same
-    /// statement, served by the primary key; one round trip (two on a connection's first
-    /// purge). An expired row is not deleted (`Absent`): garbage collection removes it,
-    /// judged by the server's clock too (G1).
-    fn purge<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        force: bool,
-        now: Timestamp,
-    ) -> StoreFuture<'a, PurgeOutcome> {
-        let key = key.as_str().to_owned();
-        self.run(
-            move |inner| async move { inner.purge(&key, force, to_sql(now)).await },
-            None,
-        )
-    }
-
-    /// One statement, a `DELETE` of the matching live rows that also counts those kept,
-    /// served by the indexes a listing with these filters uses: cost in the matching
-    /// records, deleted in one transaction. One round trip (two on a connection's first
-    /// purge with this combination of filters). Not bounded by [`OPERATION_TIMEOUT`], as
-    /// [`PostgresStore::collect_garbage`]: a large purge may take longer.
-    fn purge_matching<'a>(
-        &'a self,
-        query: &'a ListQuery,
-        force: bool,
-        now: Timestamp,
-    ) -> StoreFuture<'a, PurgeCounts> {
-        let query = query.clone();
-        self.spawn(
-            move |inner| async move { inner.purge_matching(&query, force, to_sql(now)).await },
-            None,
-            None,
-        )
-    }
-
-    /// One statement, `GROUP BY tool, state` over the live rows: a scan of the table (or of
-    /// the `expires_at` index's live range), cost in the live records. One round trip (two
-    /// on a connection's first count).
-    fn stats<'a>(&'a self, now: Timestamp) -> StoreFuture<'a, StoreStats> {
-        self.run(
-            move |inner| async move { inner.stats(to_sql(now)).await },
-            None,
-        )
-    }
-
-    fn needs_runtime_io(&self) -> bool {
-        true
-    }
-
-    fn backend(&self) -> &'static str {
-        BACKEND
-    }
-
-    fn round_trips(&self) -> Option<u64> {
-        Some(self.inner.round_trips.load(Ordering::Relaxed))
     }
 }
 

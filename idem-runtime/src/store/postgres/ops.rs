@@ -7,12 +7,14 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
 use super::errors::error_text;
+use super::sql::ROW_COLUMNS;
 use super::{Inner, BACKEND};
 use crate::clock::Timestamp;
 use crate::store::sql_row::{decode_fence, SqlLabel, SqlRow};
-use crate::store::{Claim, OwnerToken, Record, StoreError, StoreErrorKind};
+use crate::store::{Claim, History, OwnerToken, Record, RecordState, StoreError, StoreErrorKind};
 
-/// How many times a claim retries after racing with a concurrent claim and release.
+/// How many times a claim retries after racing with a concurrent claim and release (or a
+/// concurrent change of a record decided not applied).
 const CLAIM_ATTEMPTS: usize = 8;
 
 impl Inner {
@@ -113,7 +115,8 @@ impl Inner {
             if let Some(row) = rows.first() {
                 return self.decode_claim(key, row);
             }
-            // Raced with a concurrent first claim committed after the snapshot: read it.
+            // Raced with a concurrent first claim committed after the snapshot, or with a
+            // change of the record decided not applied that the snapshot showed: read it.
             let read = self.prepare(&client, &self.sql.read_live).await?;
             self.count();
             let rows = client
@@ -121,7 +124,15 @@ impl Inner {
                 .await
                 .map_err(|e| self.db_error("claim", e))?;
             if let Some(row) = rows.first() {
-                return self.decode_claim(key, row);
+                match self.decode_claim(key, row)? {
+                    // Decided not applied again with this fingerprint: claim it afresh.
+                    Claim::Existing(Record {
+                        state: RecordState::NotApplied { .. },
+                        fingerprint: found,
+                        ..
+                    }) if found.as_str() == fingerprint => continue,
+                    claim => return Ok(claim),
+                }
             }
         }
         Err(StoreError::new(
@@ -135,17 +146,20 @@ impl Inner {
     }
 
     /// A row of `claim` (or `read_live`): column 0 says whether the claim was acquired,
-    /// and then column 4 holds its fence; otherwise columns 1 to 9 are the live record.
+    /// and then column 4 holds its fence and the column after the record's (only in
+    /// `claim`'s answer) whether it re-claimed a record decided not applied; otherwise
+    /// columns 1 to 15 are the live record.
     fn decode_claim(&self, key: &str, row: &Row) -> Result<Claim, StoreError> {
         let acquired: bool = row
             .try_get(0)
             .map_err(|e| self.db_error("read a claim", e))?;
         if acquired {
-            let fence: i64 = row
-                .try_get(4)
-                .map_err(|e| self.corrupt(key, &e.to_string()))?;
+            let bad = |e: tokio_postgres::Error| self.corrupt(key, &e.to_string());
+            let fence: i64 = row.try_get(4).map_err(bad)?;
+            let reopened: bool = row.try_get(ROW_COLUMNS + 1).map_err(bad)?;
             Ok(Claim::Acquired {
                 fence: self.fence(key, fence)?,
+                reopened,
             })
         } else {
             self.decode(key, row).map(Claim::Existing)
@@ -163,11 +177,33 @@ impl Inner {
         row.map(|row| self.decode(key, &row)).transpose()
     }
 
+    /// The history of `key`'s live record at `now` (U7): one statement. A row written
+    /// before version 4 has an empty history.
+    pub(super) async fn history(&self, key: &str, now: i64) -> Result<Option<History>, StoreError> {
+        let client = self.client().await?;
+        let stmt = self.prepare(&client, &self.sql.history).await?;
+        self.count();
+        let row = client
+            .query_opt(&stmt, &[&key, &now])
+            .await
+            .map_err(|e| self.db_error("read the history", e))?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let bad = |e: tokio_postgres::Error| self.corrupt(key, &e.to_string());
+        let text: Option<String> = row.try_get(0).map_err(bad)?;
+        let dropped: i64 = row.try_get(1).map_err(bad)?;
+        let dropped = u64::try_from(dropped)
+            .map_err(|_| self.corrupt(key, &format!("negative history_dropped {dropped}")))?;
+        Ok(Some(History::from_stored(text.as_deref(), dropped)))
+    }
+
     /// A row of `read_live` (or the live branch of `claim`, or `purge`, or a listing),
-    /// columns 1 to 13 (see `sql::ROW`). A row with `unknown_since` is outcome unknown (it
+    /// columns 1 to 15 (see `sql::ROW`). A row with `unknown_since` is outcome unknown (it
     /// keeps its owner and lease); one with an owner otherwise in progress; one with an
-    /// outcome completed. Label columns all `NULL` (a row written before version 3): no
-    /// label (P4).
+    /// outcome completed (`source` `NULL`: executed, a row written before version 4); one
+    /// with only `decided_at` not applied. Label columns all `NULL` (a row written before
+    /// version 3): no label (P4).
     pub(super) fn decode(&self, key: &str, row: &Row) -> Result<Record, StoreError> {
         let bad = |e: tokio_postgres::Error| self.corrupt(key, &e.to_string());
         let fingerprint: String = row.try_get(1).map_err(bad)?;
@@ -179,11 +215,13 @@ impl Inner {
         let unknown_since: Option<i64> = row.try_get(7).map_err(bad)?;
         let outcome: Option<String> = row.try_get(8).map_err(bad)?;
         let completed_at: Option<i64> = row.try_get(9).map_err(bad)?;
+        let source: Option<String> = row.try_get(10).map_err(bad)?;
+        let decided_at: Option<i64> = row.try_get(11).map_err(bad)?;
         let label = SqlLabel {
-            tool: row.try_get(10).map_err(bad)?,
-            namespace: row.try_get(11).map_err(bad)?,
-            scope: row.try_get(12).map_err(bad)?,
-            key_args: row.try_get(13).map_err(bad)?,
+            tool: row.try_get(12).map_err(bad)?,
+            namespace: row.try_get(13).map_err(bad)?,
+            scope: row.try_get(14).map_err(bad)?,
+            key_args: row.try_get(15).map_err(bad)?,
         };
         SqlRow {
             fingerprint,
@@ -195,6 +233,8 @@ impl Inner {
             unknown_since,
             outcome,
             completed_at,
+            source,
+            decided_at,
             label,
         }
         .decode(|what| self.corrupt(key, what))

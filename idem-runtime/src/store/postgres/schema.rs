@@ -7,16 +7,30 @@ use tokio_postgres::SimpleQueryMessage;
 use super::{Inner, BACKEND};
 use crate::store::{StoreError, StoreErrorKind};
 
-/// The schema version this build writes and reads: 3 (see the module documentation).
-/// A schema of version 1 or 2 is upgraded to it in place on a store's first use; a schema of
-/// any other version is refused with [`StoreErrorKind::Unsupported`].
-pub const POSTGRES_SCHEMA_VERSION: i64 = 3;
+/// The schema version this build writes and reads: 4 (see the module documentation).
+/// A schema of version 1, 2 or 3 is upgraded to it in place on a store's first use; a
+/// schema of any other version is refused with [`StoreErrorKind::Unsupported`].
+pub const POSTGRES_SCHEMA_VERSION: i64 = 4;
 
 /// Version 1: no fencing tokens, no "outcome unknown" state.
 const VERSION_1: i64 = 1;
 
 /// Version 2: no labels (P1) and no listing indexes (I3).
 const VERSION_2: i64 = 2;
+
+/// Version 3: no history (U7), no outcome source and no "not applied" state (U6).
+const VERSION_3: i64 = 3;
+
+/// The check of a row's state from version 4 on (S1, U1, U6): in progress or outcome
+/// unknown (owner and lease), completed (outcome and its time), or not applied (only
+/// `decided_at`).
+const STATE_CHECK: &str = "CHECK (
+        (owner IS NOT NULL AND lease_until IS NOT NULL
+         AND outcome IS NULL AND completed_at IS NULL AND decided_at IS NULL)
+     OR (owner IS NULL AND lease_until IS NULL
+         AND outcome IS NOT NULL AND completed_at IS NOT NULL AND decided_at IS NULL)
+     OR (owner IS NULL AND lease_until IS NULL
+         AND outcome IS NULL AND completed_at IS NULL AND decided_at IS NOT NULL))";
 
 /// The label columns and the listing indexes of version 3, added to a version 2 table
 /// (also right after the version 1 → 2 step). Every statement is `IF NOT EXISTS`, so that
@@ -32,6 +46,27 @@ fn labels_and_listing_indexes(s: &str) -> String {
             ADD COLUMN IF NOT EXISTS key_args TEXT;
          {indexes}",
         indexes = listing_indexes(s)
+    )
+}
+
+/// Version 3 → 4 (U6, U7): the outcome's source, the decision time of a record not
+/// applied, and the history (its text, how many entries it keeps and how many it
+/// dropped); the state check that versions 1 to 3 created without a name
+/// (`records_check`, which forbids a row with neither owner nor outcome) is replaced by
+/// `records_state`, which also allows the not-applied row. Adding nullable columns, or
+/// columns with a constant default, rewrites no row (PostgreSQL 11 and later); every old
+/// row meets the new check (no `decided_at`), so it is added `NOT VALID`: no scan either.
+/// One `ALTER TABLE`: all or nothing.
+fn history_and_decisions(s: &str) -> String {
+    format!(
+        "ALTER TABLE {s}.records
+            ADD COLUMN source TEXT,
+            ADD COLUMN decided_at BIGINT,
+            ADD COLUMN history TEXT,
+            ADD COLUMN history_len INTEGER NOT NULL DEFAULT 0,
+            ADD COLUMN history_dropped BIGINT NOT NULL DEFAULT 0,
+            DROP CONSTRAINT records_check,
+            ADD CONSTRAINT records_state {STATE_CHECK} NOT VALID;"
     )
 }
 
@@ -52,20 +87,22 @@ pub(super) struct SchemaSql {
     setup_meta: String,
     /// The stored schema version, if any.
     read_version: String,
-    /// Creates the records table of version 3 and its indexes.
+    /// Creates the records table of version 4 and its indexes.
     create_records: String,
     /// Takes the transaction-level advisory lock of this schema name.
     lock: String,
     /// Whether the tables exist and, if they do, the stored version; reads only, and needs
     /// no privilege on a schema that does not exist.
     check_existing: String,
-    /// Records version 3 in a new schema.
+    /// Records version 4 in a new schema.
     write_version: String,
-    /// Upgrades a records table of version 1 to version 3 in place.
+    /// Upgrades a records table of version 1 to version 4 in place.
     upgrade_from_1: String,
-    /// Upgrades a records table of version 2 to version 3 in place.
+    /// Upgrades a records table of version 2 to version 4 in place.
     upgrade_from_2: String,
-    /// Records that a schema of version 1 or 2 is now of version 3.
+    /// Upgrades a records table of version 3 to version 4 in place.
+    upgrade_from_3: String,
+    /// Records that a schema of version 1, 2 or 3 is now of version 4.
     update_version: String,
 }
 
@@ -81,9 +118,9 @@ impl SchemaSql {
             check_existing: format!(
                 "SELECT to_regclass('{s}.meta') IS NOT NULL AND to_regclass('{s}.records') IS NOT NULL"
             ),
-            // The same table as a version 1 or 2 table after its upgrade (same columns in
-            // the same order, defaults, checks and indexes; only the version 1 upgrade adds
-            // its checks NOT VALID), so that stores created by any path behave alike.
+            // The same table as a version 1, 2 or 3 table after its upgrade (same columns in
+            // the same order, defaults, checks and indexes; only the upgrades add their
+            // checks NOT VALID), so that stores created by any path behave alike.
             create_records: format!(
                 "CREATE TABLE IF NOT EXISTS {s}.records (
                     key           TEXT PRIMARY KEY,
@@ -96,17 +133,19 @@ impl SchemaSql {
                     completed_at  BIGINT,
                     fence         BIGINT NOT NULL DEFAULT 1,
                     unknown_since BIGINT,
-                    CHECK ((owner IS NOT NULL AND lease_until IS NOT NULL
-                            AND outcome IS NULL AND completed_at IS NULL)
-                        OR (owner IS NULL AND lease_until IS NULL
-                            AND outcome IS NOT NULL AND completed_at IS NOT NULL)),
                     CONSTRAINT records_fence_positive CHECK (fence >= 1),
                     CONSTRAINT records_unknown_has_owner
                         CHECK (unknown_since IS NULL OR owner IS NOT NULL),
                     tool          TEXT,
                     namespace     TEXT,
                     scope         TEXT COLLATE \"C\",
-                    key_args      TEXT
+                    key_args      TEXT,
+                    source          TEXT,
+                    decided_at      BIGINT,
+                    history         TEXT,
+                    history_len     INTEGER NOT NULL DEFAULT 0,
+                    history_dropped BIGINT NOT NULL DEFAULT 0,
+                    CONSTRAINT records_state {STATE_CHECK}
                  );
                  CREATE INDEX IF NOT EXISTS records_expires_at ON {s}.records (expires_at);
                  {indexes}",
@@ -119,8 +158,8 @@ impl SchemaSql {
             // Version 1 → 2: adding a column with a constant default rewrites no row
             // (PostgreSQL 11 and later), and every version 1 row meets the new checks (fence
             // 1, no `unknown_since`), so they are added NOT VALID: no scan of the table
-            // either. New and changed rows are checked all the same. Then 2 → 3, in the same
-            // batch (one round trip).
+            // either. New and changed rows are checked all the same. Then 2 → 3 and 3 → 4,
+            // in the same batch (one round trip).
             upgrade_from_1: format!(
                 "ALTER TABLE {s}.records
                     ADD COLUMN fence BIGINT NOT NULL DEFAULT 1,
@@ -128,20 +167,28 @@ impl SchemaSql {
                     ADD CONSTRAINT records_fence_positive CHECK (fence >= 1) NOT VALID,
                     ADD CONSTRAINT records_unknown_has_owner
                         CHECK (unknown_since IS NULL OR owner IS NOT NULL) NOT VALID;
-                 {labels}",
-                labels = labels_and_listing_indexes(&s)
+                 {labels}
+                 {history}",
+                labels = labels_and_listing_indexes(&s),
+                history = history_and_decisions(&s)
             ),
-            upgrade_from_2: labels_and_listing_indexes(&s),
+            upgrade_from_2: format!(
+                "{labels}
+                 {history}",
+                labels = labels_and_listing_indexes(&s),
+                history = history_and_decisions(&s)
+            ),
+            upgrade_from_3: history_and_decisions(&s),
             update_version: format!(
                 "UPDATE {s}.meta SET value = {POSTGRES_SCHEMA_VERSION}
-                 WHERE name = 'schema_version' AND value IN ({VERSION_1}, {VERSION_2})"
+                 WHERE name = 'schema_version' AND value IN ({VERSION_1}, {VERSION_2}, {VERSION_3})"
             ),
         }
     }
 }
 
 impl Inner {
-    /// Creates the schema if absent, upgrades it from version 1 or 2, checks its version
+    /// Creates the schema if absent, upgrades it from version 1, 2 or 3, checks its version
     /// (see the module documentation): one transaction holding the schema name's advisory
     /// lock, so that stores starting together, in any process, neither race nor upgrade
     /// twice.
@@ -196,13 +243,13 @@ impl Inner {
                 &self.schema_sql.create_records,
                 &self.schema_sql.write_version,
             ),
-            Some(from @ (VERSION_1 | VERSION_2)) => {
+            Some(from @ (VERSION_1 | VERSION_2 | VERSION_3)) => {
                 let (url, schema) = (&self.url, &self.schema);
                 tracing::info!(%url, %schema, "upgrading the idem schema from version {from} to {POSTGRES_SCHEMA_VERSION}");
-                let upgrade = if from == VERSION_1 {
-                    &self.schema_sql.upgrade_from_1
-                } else {
-                    &self.schema_sql.upgrade_from_2
+                let upgrade = match from {
+                    VERSION_1 => &self.schema_sql.upgrade_from_1,
+                    VERSION_2 => &self.schema_sql.upgrade_from_2,
+                    _ => &self.schema_sql.upgrade_from_3,
                 };
                 (upgrade, &self.schema_sql.update_version)
             }
@@ -218,7 +265,7 @@ impl Inner {
                     format!(
                         "the PostgreSQL store at {} has idem schema version {found} in schema {}; \
                          this build reads version {POSTGRES_SCHEMA_VERSION} (and upgrades \
-                         versions {VERSION_1} and {VERSION_2})",
+                         versions {VERSION_1}, {VERSION_2} and {VERSION_3})",
                         self.url, self.schema
                     ),
                 ))
@@ -270,7 +317,7 @@ impl Inner {
         );
         match version.as_deref().map(str::parse::<i64>) {
             Some(Ok(POSTGRES_SCHEMA_VERSION)) => Ok(()),
-            Some(Ok(found @ (VERSION_1 | VERSION_2))) => Err(StoreError::new(
+            Some(Ok(found @ (VERSION_1 | VERSION_2 | VERSION_3))) => Err(StoreError::new(
                 BACKEND,
                 StoreErrorKind::Unsupported,
                 format!(

@@ -5,8 +5,8 @@
 use redis::Value;
 
 use super::record::{self, number_arg};
-use super::scripts;
 use super::RedisStore;
+use super::{index_scripts, scripts};
 use crate::clock::Timestamp;
 use crate::key::IdempotencyKey;
 use crate::store::{
@@ -21,11 +21,12 @@ const WALK_BATCH: usize = 1000;
 /// of `max(limit + 1, 100)` members (at most 1001).
 const LIST_BATCH_MIN: usize = 100;
 
-/// Where a walk over an index set resumes: at scores up to `max` (inclusive; `+inf`), and
-/// among the members scored `max`, those that sort before `after` (`""`: all of them).
+/// Where a walk over an index set resumes: at scores from `start` on (inclusive; `+inf`
+/// newest first, `-inf` oldest first), and among the members scored `start`, those that
+/// come after `after` in walk order (`""`: all of them).
 #[derive(Debug, Clone)]
 struct Position {
-    max: String,
+    start: String,
     after: String,
 }
 
@@ -37,22 +38,24 @@ struct Member {
     record: Option<Record>,
 }
 
-/// A walk over the index set that serves `query`, newest first, one batch at a time.
+/// A walk over the index set that serves `query`, newest first (or oldest first with
+/// [`ListQuery::oldest_first`]), one batch at a time.
 struct Walk<'q> {
     store: &'q RedisStore,
     query: &'q ListQuery,
     now: Timestamp,
     set: String,
-    min: String,
+    /// The score to end at (inclusive).
+    end: String,
     next: Option<Position>,
     batch: usize,
     light: bool,
 }
 
 impl<'q> Walk<'q> {
-    /// A walk over the set of `query`'s tool (or the whole index), from its cursor or its
-    /// `created_before`, down to its `created_from`. `light`: read records without their
-    /// outcome (for counting and purging).
+    /// A walk over the set of `query`'s tool (or the whole index), from its cursor (or the
+    /// end of its `created_at` range it starts from) to the other end of that range.
+    /// `light`: read records without their outcome (for counting and purging).
     fn new(
         store: &'q RedisStore,
         query: &'q ListQuery,
@@ -64,55 +67,71 @@ impl<'q> Walk<'q> {
             Some(tool) => store.tool_index_key(tool),
             None => store.index_key(),
         };
-        let mut next = Some(Position {
-            max: "+inf".to_owned(),
-            after: String::new(),
-        });
-        if let Some(before) = query.created_before {
-            next = before.as_millis().checked_sub(1).map(|max| Position {
-                max: max.to_string(),
-                after: String::new(),
-            });
-        }
-        if let Some(cursor) = &query.after {
-            if query
-                .created_before
-                .is_none_or(|before| cursor.created_at < before)
-            {
-                next = Some(Position {
-                    max: cursor.created_at.as_millis().to_string(),
-                    after: cursor.key.as_str().to_owned(),
-                });
-            }
-        }
-        let min = query
+        // The highest score in range (inclusive), `None` when nothing is.
+        let highest = match query.created_before {
+            None => Some("+inf".to_owned()),
+            Some(before) => before.as_millis().checked_sub(1).map(|max| max.to_string()),
+        };
+        let lowest = query
             .created_from
             .map_or_else(|| "-inf".to_owned(), |from| from.as_millis().to_string());
+        let from = |start: String| Position {
+            start,
+            after: String::new(),
+        };
+        let cursor = query.after.as_ref().map(|cursor| Position {
+            start: cursor.created_at.as_millis().to_string(),
+            after: cursor.key.as_str().to_owned(),
+        });
+        let (next, end) = if query.oldest_first {
+            let next = match &query.after {
+                Some(c) if query.created_from.is_none_or(|f| c.created_at >= f) => cursor,
+                _ => Some(from(lowest)),
+            };
+            match highest {
+                Some(end) => (next, end),
+                // Nothing in range: an empty walk.
+                None => (None, String::new()),
+            }
+        } else {
+            let next = match &query.after {
+                Some(c) if query.created_before.is_none_or(|b| c.created_at < b) => cursor,
+                _ => highest.map(from),
+            };
+            (next, lowest)
+        };
         Walk {
             store,
             query,
             now,
             set,
-            min,
+            end,
             next,
             batch,
             light,
         }
     }
 
-    /// The live records of the next batch that match the query; `None` once the set holds
-    /// no more in range.
+    /// The live records of the next batch that match the query at `now` (their state as
+    /// at `now`, I7); `None` once the set holds no more in range.
     async fn next_batch(&mut self) -> Result<Option<Vec<KeyedRecord>>, StoreError> {
         let Some(position) = self.next.take() else {
             return Ok(None);
         };
+        let direction = if self.query.oldest_first {
+            "asc"
+        } else {
+            "desc"
+        };
         let members = self
             .store
-            .batch(&self.set, &position, &self.min, self.batch, self.light)
+            .batch(
+                &self.set, &position, &self.end, direction, self.batch, self.light,
+            )
             .await?;
         if members.len() >= self.batch {
             self.next = members.last().map(|last| Position {
-                max: last.score.clone(),
+                start: last.score.clone(),
                 after: last.key.as_str().to_owned(),
             });
         }
@@ -121,7 +140,7 @@ impl<'q> Walk<'q> {
                 .into_iter()
                 .filter_map(|m| {
                     let record = m.record?;
-                    (self.now < record.expires_at && self.query.matches(&m.key, &record))
+                    (record.is_live(self.now) && self.query.matches(&m.key, &record, self.now))
                         .then_some(KeyedRecord { key: m.key, record })
                 })
                 .collect(),
@@ -143,27 +162,31 @@ impl RedisStore {
         format!("{}index:tool:{hex}", self.prefix)
     }
 
-    /// One `EVALSHA` of [`scripts::LIST_BATCH`]: up to `count` members of `set` from
-    /// `position` down to `min`, with their records.
+    /// One `EVALSHA` of [`index_scripts::LIST_BATCH`]: up to `count` members of `set` from
+    /// `position` to `end` in `direction` (`desc` or `asc`), with their records.
     async fn batch(
         &self,
         set: &str,
         position: &Position,
-        min: &str,
+        end: &str,
+        direction: &str,
         count: usize,
         light: bool,
     ) -> Result<Vec<Member>, StoreError> {
         let args = vec![
             format!("{}rec:", self.prefix),
-            position.max.clone(),
+            position.start.clone(),
             position.after.clone(),
-            min.to_owned(),
+            end.to_owned(),
             count.to_string(),
             if light { "1" } else { "0" }.to_owned(),
+            direction.to_owned(),
         ];
         let fail = self.failure_at("list", format!("index {set}"));
         let keys = vec![self.index_key(), set.to_owned()];
-        let reply = self.eval_on(&scripts::LIST_BATCH, keys, args, fail).await?;
+        let reply = self
+            .eval_on(&index_scripts::LIST_BATCH, keys, args, fail)
+            .await?;
         let bad = |what: &str| self.index_corrupt(set, what);
         let Value::Array(items) = reply else {
             return Err(bad("unexpected reply shape"));
@@ -273,7 +296,7 @@ impl RedisStore {
         Ok(counts)
     }
 
-    /// Counts the live records (I5): walks the whole index.
+    /// Counts the live records (I5), each in its state at `now` (I7): walks the whole index.
     pub(super) async fn count(&self, now: Timestamp) -> Result<StoreStats, StoreError> {
         let query = ListQuery::new();
         let mut walk = Walk::new(self, &query, now, WALK_BATCH, true);
@@ -281,21 +304,25 @@ impl RedisStore {
         while let Some(records) = walk.next_batch().await? {
             for KeyedRecord { record, .. } in records {
                 let tool = record.label.as_ref().map_or("", |l| l.tool.as_str());
-                stats.add(tool, StateFilter::of(&record.state), 1);
+                stats.add(tool, StateFilter::at(&record.state, now), 1);
             }
         }
         Ok(stats)
     }
 
-    /// Adds to the index every record under this store's prefix that it lacks, and answers
-    /// how many it added (P4, I3).
+    /// Adds to the index every record under this store's prefix that it lacks, removes the
+    /// Redis expiry of every record that is not completed, and answers how many members the
+    /// index gained (P4, I3, G1).
     ///
     /// Records written by a build of layout 1 or 2 (before the index existed) are not in
     /// the index until they are claimed over or taken over, so [`list`](crate::Store::list),
     /// [`purge_matching`](crate::Store::purge_matching) and
     /// [`stats`](crate::Store::stats) do not see them (reads, replays and
-    /// [`purge`](crate::Store::purge) of a key do). Run this once after upgrading every
-    /// process sharing the prefix; running it again adds nothing that is indexed already.
+    /// [`purge`](crate::Store::purge) of a key do). Records written by a build of layouts 1
+    /// to 3 that are not completed (in progress, outcome unknown) carry the Redis expiry that
+    /// build set, which would let Redis delete an undecided record (G1, U2) until a write of
+    /// this build removes it. Run this once after upgrading every process sharing the prefix;
+    /// running it again adds nothing that is indexed already.
     ///
     /// Cost: `SCAN … MATCH <prefix>rec:* COUNT 1000` over the whole key space of the
     /// database (one round trip per `SCAN` call, each examining about 1000 keys of any
@@ -355,7 +382,7 @@ impl RedisStore {
                 args.extend(members);
                 let fail = self.failure_at("reindex", format!("index {index}"));
                 match self
-                    .eval_on(&scripts::REINDEX, vec![index.clone()], args, fail)
+                    .eval_on(&index_scripts::REINDEX, vec![index.clone()], args, fail)
                     .await?
                 {
                     Value::Int(n) => added += u64::try_from(n).unwrap_or_default(),

@@ -9,51 +9,75 @@
 //! One hash per idempotency key, at `<prefix>rec:<key>`, where `<prefix>` is
 //! [`DEFAULT_PREFIX`] (`idem:`) unless set with [`RedisStore::with_prefix`] and `<key>` is
 //! the idempotency key's 64 lowercase hex digits. Scope values and tool names are hashed
-//! into the key, so they can never inject a command or reach another key's namespace.
+//! into the key, so they can never inject a command or reach another key's namespace. The
+//! fields of a record of layout 4, the one this build writes:
 //!
-//! | field           | in progress | unknown | completed | value                           |
-//! |-----------------|-------------|---------|-----------|---------------------------------|
-//! | `v`             | yes         | yes     | yes       | layout, [`REDIS_LAYOUT_VERSION`] |
-//! | `fingerprint`   | yes         | yes     | yes       | 64 hex digits (S9)              |
-//! | `created_at`    | yes         | yes     | yes       | ms since the Unix epoch         |
-//! | `expires_at`    | yes         | yes     | yes       | ms; live while now < it (S8)    |
-//! | `fence`         | yes         | yes     | yes       | fencing token (F1)              |
-//! | `owner`         | yes         | yes     | no        | owner token, 32 hex digits (S6) |
-//! | `lease_until`   | yes         | yes     | no        | lease deadline, ms (S6, L1)     |
-//! | `unknown_since` | no          | yes     | no        | ms: outcome unknown since (U1)  |
-//! | `outcome`       | no          | no      | yes       | the envelope JSON (S11)         |
-//! | `completed_at`  | no          | no      | yes       | ms                              |
-//! | `tool`          | yes         | yes     | yes       | the tool's name (P1)            |
-//! | `scope`         | yes         | yes     | yes       | scope path text, `""`: global   |
-//! | `namespace`     | if any      | if any  | if any    | the engine's namespace (K11)    |
-//! | `key_args`      | if audited  | if audited | if audited | canonical key arguments (P2) |
+//! | field             | in progress | unknown | completed | not applied | value                          |
+//! |-------------------|-------------|---------|-----------|-------------|--------------------------------|
+//! | `v`               | yes         | yes     | yes       | yes         | layout, [`REDIS_LAYOUT_VERSION`] |
+//! | `fingerprint`     | yes         | yes     | yes       | yes         | 64 hex digits (S9)             |
+//! | `created_at`      | yes         | yes     | yes       | yes         | ms since the Unix epoch        |
+//! | `expires_at`      | yes         | yes     | yes       | yes         | ms; completed: live while now < it (S8) |
+//! | `fence`           | yes         | yes     | yes       | yes         | fencing token (F1)             |
+//! | `owner`           | yes         | yes     | no        | no          | owner token, 32 hex digits (S6) |
+//! | `lease_until`     | yes         | yes     | no        | no          | lease deadline, ms (S6, L1)    |
+//! | `unknown_since`   | no          | yes     | no        | no          | ms: outcome unknown since (U1) |
+//! | `outcome`         | no          | no      | yes       | no          | the envelope JSON (S11)        |
+//! | `completed_at`    | no          | no      | yes       | no          | ms                             |
+//! | `source`          | no          | no      | yes       | no          | `executed`, `reconciled`, `resolved` (U6) |
+//! | `decided_at`      | no          | no      | no        | yes         | ms: decided not applied (U6)   |
+//! | `tool`            | yes         | yes     | yes       | yes         | the tool's name (P1)           |
+//! | `scope`           | yes         | yes     | yes       | yes         | scope path text, `""`: global  |
+//! | `namespace`       | if any      | if any  | if any    | if any      | the engine's namespace (K11)   |
+//! | `key_args`        | if audited  | if audited | if audited | if audited | canonical key arguments (P2) |
+//! | `history`         | yes         | yes     | yes       | yes         | the history's entries (U7)     |
+//! | `history_len`     | yes         | yes     | yes       | yes         | how many entries `history` holds |
+//! | `history_dropped` | if any      | if any  | if any    | if any      | how many older entries were dropped |
 //!
 //! Every instant and fence is written as exactly 20 decimal digits (zero-padded `u64`), so
 //! the Lua scripts compare instants and increment fences as equal-length strings: exact
 //! over the whole `u64` range, where Lua's floating-point numbers would round above 2^53.
 //! The scope is the text form of [`ScopePath`](crate::label::ScopePath) (`kind=value`
 //! parts joined by `/`, with `%`, `/` and `=` in values percent-encoded); `namespace` and
-//! `key_args` are absent when the label has none (P1, P2).
+//! `key_args` are absent when the label has none (P1, P2); all four are absent from a record
+//! that reached layout 4 in place from layout 1 or 2 (see below).
+//!
+//! The history (U7) is the entries' JSON lines
+//! ([`HistoryEntry::to_json`](crate::store::HistoryEntry::to_json)) joined by `\n`, oldest
+//! first; `history_len` (a plain decimal count) is how many lines it holds, at most
+//! [`HISTORY_LIMIT`](crate::store::HISTORY_LIMIT) (32): appending to a full history drops its
+//! first line and adds one to `history_dropped` (a plain decimal count, absent while none
+//! was dropped). The scripts append an entry in the same script that writes the transition
+//! it tells of; a claim builds its `claimed` line itself, with the fence and the time
+//! written without leading zeros (string patterns, not Lua's doubles), byte for byte what
+//! [`HistoryEntry::claimed`](crate::store::HistoryEntry::claimed) writes.
 //!
 //! ## Layouts (P4)
 //!
 //! Layout 1 (before fencing tokens and unknown outcomes) had no `fence` and no
 //! `unknown_since`; layout 2 (before labels) had no `tool`, `scope`, `namespace` nor
-//! `key_args`, and was not indexed. This build reads both, with no label
-//! (`Record::label` is `None`); a layout-1 record reads as fence 1. A renewal, a marking as
-//! unknown or a completion of a layout-1 record first makes it layout 2 with fence 1 (and
-//! leaves a layout-2 record at layout 2); a takeover writes layout 3 with the taker's fence
-//! and label, and a claim over an expired record of either layout gets the next fence
-//! (2 over layout 1) and writes layout 3. So old records keep replaying and are migrated in
-//! place as they are claimed or taken over; records written before the index existed are
-//! not listed nor counted until then, or until [`RedisStore::reindex`] adds them (run it
-//! once after the upgrade). A record of a layout this build does not know (one a newer
-//! build wrote) is refused by every operation with
-//! [`StoreErrorKind::Corrupt`](crate::StoreErrorKind::Corrupt) and left untouched. Upgrade
-//! every process sharing a prefix together: a build of an earlier layout cannot read
-//! records of a later one (it fails closed), but a build from before layout 2 would write
-//! a layout-1 record, restarting the fence at 1, when it claims over an expired one, and a
-//! build from before layout 3 would write records the index does not list.
+//! `key_args`, and was not indexed; layout 3 (before decisions and histories) had no
+//! `source`, `decided_at` nor history fields, and set a Redis expiry on every record. This
+//! build reads all three: layouts 1 and 2 with no label (`Record::label` is `None`), a
+//! layout-1 record as fence 1, and a record of layouts 1 to 3 with an empty history and,
+//! completed, the source `executed`. A renewal of a layout-1 record makes it layout 2 with
+//! fence 1 (a renewal leaves other layouts as they are); every write that appends to the
+//! history (a claim, a takeover, a marking as unknown, a completion, a transition) writes
+//! layout 4, with fence 1 if the record had none; claims (over an expired record, or of a
+//! key decided not applied) and takeovers write the label. A record of layout 1 or 2 that
+//! reaches layout 4 by a marking, a completion or a transition keeps no label. So old
+//! records keep replaying and are migrated in place as they are written; records written
+//! before the index existed are not listed nor counted until they are claimed or taken
+//! over, or until [`RedisStore::reindex`] adds them, and records of layouts 1 to 3 that are
+//! not completed keep the Redis expiry their build set (G1 would have it removed) until
+//! they are written again or `reindex` removes it: run it once after the upgrade. A record
+//! of a layout this build does not know (one a newer build wrote) is refused by every
+//! operation with [`StoreErrorKind::Corrupt`](crate::StoreErrorKind::Corrupt) and left
+//! untouched. Upgrade every process sharing a prefix together: a build of an earlier layout
+//! cannot read records of a later one (it fails closed), but a build from before layout 2
+//! would write a layout-1 record, restarting the fence at 1, when it claims over an expired
+//! one, a build from before layout 3 would write records the index does not list, and a
+//! build from before layout 4 would set Redis expiries on records that are not completed.
 //!
 //! ## The index (I3)
 //!
@@ -67,9 +91,9 @@
 //! `<hex>` is the tool name's UTF-8 bytes in lower-case hex ([`RedisStore::tool_index_key`];
 //! records without a label are under the tool `""`, whose set is `<prefix>index:tool:`),
 //! so that no tool name can spell another key: the names stay apart from every prefix's
-//! records and index. The claim and takeover scripts add the key to both sets (a takeover
-//! re-scores it: `created_at` is the takeover's `now`) in the same atomic step that writes
-//! the record; release and purge remove it in theirs. Scores are doubles: exact for
+//! records and index. The claim and takeover scripts add the key to both sets (a takeover,
+//! and a claim of a key decided not applied, re-score it: `created_at` is their `now`) in
+//! the same atomic step that writes the record; release and purge remove it in theirs. Scores are doubles: exact for
 //! `created_at` below 2^53 ms (the year 287 000); the listing then filters on the record's
 //! own `created_at`, exactly.
 //!
@@ -86,66 +110,96 @@
 //! (the sweep, the listing): the store needs one Redis server (or primary), not Redis
 //! Cluster.
 //!
-//! # Operations (S2, S6, S8, F1, L1, U1)
+//! # Operations (S2, S6, S8, F1, L1, U1, U2, U6, U7)
 //!
-//! Every operation but a read is one Lua script, run with `EVALSHA`:
+//! A completed record is live while the caller's `now` is before its `expires_at`; a
+//! record in any other state (in progress, outcome unknown, not applied) is live whatever
+//! its `expires_at` (S8). Every operation but a read and a history read is one Lua script,
+//! run with `EVALSHA`; each one that moves a record appends the entry of that move to its
+//! history in the same script (U7):
 //!
-//! - claim: if the hash is absent or its `expires_at <= now`, write a new in-progress
-//!   record with its label, with fence 1 if there was no hash and the expired record's
-//!   fence + 1 if there was, index it, sweep two index members, and answer the fence;
-//!   otherwise answer the live record.
+//! - claim: if the hash is absent or completed and expired (`expires_at <= now`), write a
+//!   new in-progress record with its label, with fence 1 if there was no hash and the
+//!   expired record's fence + 1 if there was, whose history is one `claimed` entry, index
+//!   it, sweep two index members, and answer the fence. If the record is not applied (U6)
+//!   with the claim's fingerprint, make it in progress (owner, lease, `created_at = now`,
+//!   the new expiry and label, `decided_at` removed) with its fence + 1, append the
+//!   `claimed` entry to its history, re-score its index members, and answer the fence as
+//!   reopened. Otherwise answer the live record.
 //! - take over: compare-and-set on the owner and the lease deadline that were read, of a
-//!   live record in progress or with an unknown outcome; writes the new owner, lease,
-//!   `created_at`, expiry, the caller's fence and label, and re-scores the index members.
-//! - renew, mark unknown, complete: compare-and-set on the owner of a live in-progress
-//!   record. Renew sets the lease deadline; mark unknown adds `unknown_since` (keeping the
-//!   owner and lease); complete replaces owner and lease with the outcome.
-//! - release: compare-and-delete on the owner of an in-progress record, and its members.
-//! - read: one `HMGET`.
-//! - purge (I4): one script: absent (or expired: left to Redis's expiry, so G1 holds and the
-//!   next claim continues the fence) → `Absent`; not completed and no `force` → `Kept`;
-//!   else delete the record and its members → `Deleted` with the record as it was.
+//!   record in progress or with an unknown outcome; writes the new owner, lease,
+//!   `created_at`, expiry, the caller's fence and label, re-scores the index members and
+//!   appends the caller's entry.
+//! - renew, mark unknown, complete: compare-and-set on the owner of an in-progress record.
+//!   Renew sets the lease deadline (and raises `expires_at` to it), with no history entry;
+//!   mark unknown adds `unknown_since` (keeping the owner and lease); complete replaces
+//!   owner and lease with the outcome, `completed_at` and `source`. Both append the
+//!   caller's entry.
+//! - release: compare-and-delete on the owner of an in-progress record, and its members;
+//!   the history goes with it.
+//! - transition (U2, U6): compare-and-set on the fence and the state the caller saw (in
+//!   progress with that owner and, if given, lease; outcome unknown with that owner and
+//!   lease; not applied); moves the record to outcome unknown (only from in progress),
+//!   completed (`expires_at` raised to the caller's, `decided_at` removed) or not applied
+//!   (`decided_at = now`; owner, lease, unknown mark and outcome removed), and appends the
+//!   caller's entry. A completed record is never moved.
+//! - read: one `HMGET`; history: one `HMGET` of the record's fields and its history
+//!   (`None` without a live record).
+//! - purge (I4): one script: absent (or completed and expired: left to Redis's expiry, so
+//!   G1 holds and the next claim continues the fence) → `Absent`; not completed and no
+//!   `force` → `Kept`; else delete the record, its history and its members → `Deleted`
+//!   with the record as it was.
 //!
 //! Expiry is always decided by comparing `expires_at` with the engine's `now` passed in,
 //! never with the server's clock.
 //!
 //! # Garbage collection (G1)
 //!
-//! Redis's own key expiry collects garbage; nothing else deletes a record but a release or
-//! a purge (I4). A claim, takeover or renewal sets the key's time to live so that Redis
-//! keeps the record until its garbage deadline, the later of `expires_at` and
-//! `lease_until`, plus [`GC_MARGIN_MS`], has passed **both** by the writing caller's clock
-//! (`now`) **and** by the server's clock (`TIME`, read inside the script):
-//! `max(deadline − now, deadline − server time, 0) + GC_MARGIN_MS` ms. A caller whose
+//! Redis's own key expiry collects garbage, and only of completed records; nothing else
+//! deletes a record but a release or a purge (I4). A record that is not completed carries
+//! no Redis expiry: the claim writes a new key without one, and the scripts that leave or
+//! make a record not completed (claim of a not-applied key, takeover, renewal, marking as
+//! unknown, transition to outcome unknown or not applied) remove any (`PERSIST`), so such a
+//! record waits for a call, a decision or a purge however old it is (S8, U2). A completion
+//! (and a transition to completed) sets the key's time to live so that Redis keeps the
+//! record until its `expires_at` plus [`GC_MARGIN_MS`] has passed **both** by the writing
+//! caller's clock (`now`) **and** by the server's clock (`TIME`, read inside the script):
+//! `max(expires_at − now, expires_at − server time, 0) + GC_MARGIN_MS` ms. A caller whose
 //! clock runs a year ahead therefore cannot make Redis delete anything early, and a caller
-//! whose clock runs behind cannot either. A renewal only ever lengthens the time to live
-//! (it covers the new lease); marking the outcome unknown and completing keep it. A record
-//! whose garbage deadline lies more than [`GC_MAX_MS`] ahead is kept without a Redis
-//! expiry. No operation changes the time to live of a record its caller does not own, and
-//! a caller's claims of other keys touch only those keys' records (and the index, whose
+//! whose clock runs behind cannot either. A completed record whose deadline lies more than
+//! [`GC_MAX_MS`] ahead is kept without a Redis expiry. No operation changes the time to
+//! live of a record its caller does not own (or, for a transition, did not see), and a
+//! caller's claims of other keys touch only those keys' records (and the index, whose
 //! members of records Redis deleted they forget). A live record is never evicted by idem;
 //! configure the server with a `noeviction` (or `volatile-*`-free) `maxmemory-policy` so
 //! that Redis does not evict it either.
 //!
-//! # Inspection and its cost (I3–I5)
+//! # Inspection and its cost (I3–I5, I7)
 //!
-//! - [`list`](Store::list) walks the tool's set when the query names a tool, else
-//!   `<prefix>index`, newest first (`ZREVRANGEBYSCORE`, whose members of equal score come in
+//! Inspection sees the live records (a completed record until its expiry, any other
+//! whatever its expiry) each in its effective state at `now` ([`StateFilter::at`](crate::store::StateFilter::at)): an
+//! in-progress record whose lease lapsed at or before `now` is filtered and counted as
+//! outcome unknown (I7).
+//!
+//! - [`list`](crate::Store::list) walks the tool's set when the query names a tool, else
+//!   `<prefix>index`: newest first (`ZREVRANGEBYSCORE`, whose members of equal score come in
 //!   descending key order: the listing order), from the cursor (or `created_before`) down
-//!   to `created_from`, in batches of `max(limit + 1, 100)` members (at most 1001). Each
-//!   batch is one `EVALSHA` that reads the members' records in the same step; the store
-//!   keeps the live ones that match the other filters ([`ListQuery::matches`]) until it
-//!   has `limit + 1` (to know whether a next page exists) or the set is exhausted. Cost:
-//!   O(log N + members read), where the members read equal the page when only tool and
-//!   time filters are given, and can be far more when a namespace, scope or state filter
-//!   is selective (each batch scans records that the filter then drops; a filter matching
-//!   nothing reads the whole set). A cursor also skips, one by one, the records created in
-//!   its millisecond that sort after it.
-//! - [`purge`](Store::purge): one `EVALSHA`, O(log N).
-//! - [`purge_matching`](Store::purge_matching): walks as a listing does, in batches of
+//!   to `created_from`; or, with [`ListQuery::oldest_first`](crate::store::ListQuery::oldest_first), oldest first
+//!   (`ZRANGEBYSCORE`, equal scores in ascending key order), from the cursor (or
+//!   `created_from`) up to `created_before`. It reads batches of `max(limit + 1, 100)`
+//!   members (at most 1001). Each batch is one `EVALSHA` that reads the members' records in
+//!   the same step; the store keeps the live ones that match the other filters
+//!   ([`ListQuery::matches`](crate::store::ListQuery::matches)) until it has `limit + 1` (to know whether a next page exists)
+//!   or the set is exhausted. Cost: O(log N + members read), where the members read equal
+//!   the page when only tool and time filters are given, and can be far more when a
+//!   namespace, scope or state filter is selective (each batch scans records that the
+//!   filter then drops; a filter matching nothing reads the whole set). A cursor also skips,
+//!   one by one, the records created in its millisecond that come before it.
+//! - [`purge`](crate::Store::purge): one `EVALSHA`, O(log N).
+//! - [`purge_matching`](crate::Store::purge_matching): walks as a listing does, in batches of
 //!   1000 members (outcomes left out), then one `EVALSHA` per matching record: O(members
 //!   read + matches) round trips' worth, the purges one after another.
-//! - [`stats`](Store::stats): walks all of `<prefix>index` in batches of 1000 members,
+//! - [`stats`](crate::Store::stats): walks all of `<prefix>index` in batches of 1000 members,
 //!   outcomes left out: O(records), one `EVALSHA` per 1000 records.
 //! - [`RedisStore::reindex`]: `SCAN` over the database's keys, see its documentation.
 //!
@@ -158,11 +212,13 @@
 //! # Round trips
 //!
 //! Every record operation is one round trip: one `EVALSHA` (claim, take over, renew, mark
-//! unknown, complete, release, purge) or one `HMGET` (read). The first time a server sees
-//! a script (after a restart or `SCRIPT FLUSH`) it answers `NOSCRIPT` and the store sends
-//! `SCRIPT LOAD` and the `EVALSHA` again: three round trips, once per script and server.
-//! [`Store::round_trips`] counts every command the store sends (clones share the count), so
-//! a first execution counts 2 and a replay 1; a listing counts one per batch.
+//! unknown, complete, release, transition, purge) or one `HMGET` (read, history). Writing
+//! the history adds none: each entry is appended by the script of its transition. The
+//! first time a server sees a script (after a restart or `SCRIPT FLUSH`) it answers
+//! `NOSCRIPT` and the store sends `SCRIPT LOAD` and the `EVALSHA` again: three round trips,
+//! once per script and server. [`Store::round_trips`](crate::Store::round_trips) counts every command the store sends
+//! (clones share the count), so a first execution counts 2 and a replay 1; a listing
+//! counts one per batch.
 //!
 //! # Outages (S10)
 //!
@@ -188,56 +244,51 @@
 //! (`tokio::task::spawn_blocking`) or make them async.
 //!
 //! Claims and takeovers run as spawned tasks: if a caller drops the future after the script
-//! was sent, and the script then acquired the claim, the store releases it (S7) rather than
-//! leaving it in progress until its lease lapses. [`Store::watch`] returns `None`: waiting
-//! duplicates poll with backoff (S5), which also notices a record marked unknown.
+//! was sent, and the script then acquired a first claim, the store releases it (S7) rather
+//! than leaving it in progress until its lease lapses. A claim that reopened a key decided
+//! not applied is not released that way (a release would delete the decision and the
+//! history): it lapses with its lease, and the key is then an unknown outcome (U1).
+//! [`Store::watch`](crate::Store::watch) returns `None`: waiting duplicates poll with
+//! backoff (S5), which also notices a record marked unknown.
 
 mod connection;
+mod index_scripts;
 mod inspect;
+mod ops;
 mod record;
 mod scripts;
+#[cfg(test)]
+mod tests;
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use redis::aio::ConnectionManager;
-use redis::Value;
 
 pub use connection::RedisConnectError;
 pub use record::REDIS_LAYOUT_VERSION;
 
-use super::in_flight::Undo;
 use super::redact::redact_url as redact;
-use super::{
-    Claim, ClaimRequest, Completion, ListPage, ListQuery, MarkUnknownRequest, OwnerToken,
-    PurgeCounts, PurgeOutcome, Record, RenewRequest, Store, StoreError, StoreFuture, StoreStats,
-    TakeoverRequest,
-};
-use crate::clock::Timestamp;
-use crate::envelope::Envelope;
 use crate::key::IdempotencyKey;
-use crate::label::RecordLabel;
 use connection::config;
-use record::{number_arg, optional_arg, parse_number, FIELDS};
-use scripts::as_flag;
 
 /// The key prefix used unless [`RedisStore::with_prefix`] sets another.
 pub const DEFAULT_PREFIX: &str = "idem:";
 
-/// How long (ms) after a record's garbage deadline (the later of its expiry and its lease
-/// deadline) Redis may delete it, by the writing caller's clock and by the server's: room for
-/// clock drift between workers. One hour, the margin all stores keep
+/// How long (ms) after a completed record's expiry Redis may delete it, by the completing
+/// caller's clock and by the server's: room for clock drift between workers (a record that
+/// is not completed carries no Redis expiry at all). One hour, the margin all stores keep
 /// ([`GC_DRIFT_MARGIN_MS`](super::GC_DRIFT_MARGIN_MS)).
 pub const GC_MARGIN_MS: u64 = super::GC_DRIFT_MARGIN_MS;
 
-/// Times to live longer than this (ms, about 100 years) are not set at all: the record is
-/// kept without a Redis expiry.
+/// Times to live longer than this (ms, about 100 years) are not set at all: the completed
+/// record is kept without a Redis expiry.
 pub const GC_MAX_MS: u64 = 100 * 365 * 86_400_000;
 
 const BACKEND: &str = "redis";
 
-/// A [`Store`] on a Redis server, shared by every process that connects to it with the same
+/// A [`Store`](crate::Store) on a Redis server, shared by every process that connects to it with the same
 /// key prefix (S2 across processes). See the [module documentation](self) for the key
 /// layout, the scripts, expiry and the runtime requirement.
 ///
@@ -257,7 +308,7 @@ pub struct RedisStore {
     conn: ConnectionManager,
     prefix: String,
     url: String,
-    /// Commands sent ([`Store::round_trips`]), shared by clones.
+    /// Commands sent ([`Store::round_trips`](crate::Store::round_trips)), shared by clones.
     round_trips: Arc<AtomicU64>,
 }
 
@@ -349,229 +400,5 @@ impl fmt::Debug for RedisStore {
             .field("url", &self.url)
             .field("prefix", &self.prefix)
             .finish()
-    }
-}
-
-/// The script arguments of a label (P1): tool, scope (its text form), namespace, key_args.
-fn label_args(label: &RecordLabel) -> [String; 4] {
-    [
-        label.tool.clone(),
-        label.scope.to_string(),
-        optional_arg(label.namespace.as_deref()),
-        optional_arg(label.key_args.as_deref()),
-    ]
-}
-
-/// A compare-and-set script's answer, or a corrupt-record error naming `what` answered.
-fn flag(
-    store: &RedisStore,
-    key: &IdempotencyKey,
-    what: &str,
-    reply: &Value,
-) -> Result<bool, StoreError> {
-    as_flag(reply).ok_or_else(|| store.corrupt(key, &format!("unexpected {what} reply")))
-}
-
-impl Store for RedisStore {
-    fn claim<'a>(&'a self, req: ClaimRequest<'a>) -> StoreFuture<'a, Claim> {
-        let key = req.key.clone();
-        let mut args = vec![
-            number_arg(req.now.as_millis()),
-            req.fingerprint.as_str().to_owned(),
-            number_arg(req.expires_at.as_millis()),
-            req.owner.to_hex(),
-            number_arg(req.lease_until.as_millis()),
-        ];
-        args.extend(label_args(req.label));
-        let eval = self.eval("claim", &scripts::CLAIM, &key, args);
-        let store = self.clone();
-        let undo = Undo {
-            key: key.clone(),
-            owner: req.owner,
-            acquired: |claim: &Claim| matches!(claim, Claim::Acquired { .. }),
-        };
-        self.run(
-            async move {
-                match eval.await? {
-                    Value::BulkString(fence) => std::str::from_utf8(&fence)
-                        .ok()
-                        .and_then(parse_number)
-                        .map(|fence| Claim::Acquired { fence })
-                        .ok_or_else(|| store.corrupt(&key, "the claim answered a bad fence")),
-                    reply => match record::decode(reply).map_err(|e| store.corrupt(&key, &e))? {
-                        Some(record) => Ok(Claim::Existing(record)),
-                        None => Err(store.corrupt(&key, "claim conflicted with an empty record")),
-                    },
-                }
-            },
-            Some(undo),
-        )
-    }
-
-    fn take_over<'a>(&'a self, req: TakeoverRequest<'a>) -> StoreFuture<'a, bool> {
-        let mut args = vec![
-            req.seen_owner.to_hex(),
-            number_arg(req.seen_lease_until.as_millis()),
-            number_arg(req.now.as_millis()),
-            req.owner.to_hex(),
-            number_arg(req.lease_until.as_millis()),
-            number_arg(req.expires_at.as_millis()),
-            number_arg(req.fence),
-        ];
-        args.extend(label_args(req.label));
-        let eval = self.eval("take over", &scripts::TAKE_OVER, req.key, args);
-        let (store, key) = (self.clone(), req.key.clone());
-        self.run(
-            async move { flag(&store, &key, "takeover", &eval.await?) },
-            // No undo: a takeover whose caller went away must not delete the record, whose
-            // outcome is unknown (U2); the claim lapses with its lease instead.
-            None,
-        )
-    }
-
-    fn renew<'a>(&'a self, req: RenewRequest<'a>) -> StoreFuture<'a, bool> {
-        let args = vec![
-            req.owner.to_hex(),
-            number_arg(req.now.as_millis()),
-            number_arg(req.lease_until.as_millis()),
-        ];
-        let eval = self.eval("renew", &scripts::RENEW, req.key, args);
-        let (store, key) = (self.clone(), req.key.clone());
-        self.run(
-            async move { flag(&store, &key, "renewal", &eval.await?) },
-            None,
-        )
-    }
-
-    fn mark_unknown<'a>(&'a self, req: MarkUnknownRequest<'a>) -> StoreFuture<'a, bool> {
-        let args = vec![
-            req.owner.to_hex(),
-            number_arg(req.now.as_millis()),
-            number_arg(req.since.as_millis()),
-        ];
-        let eval = self.eval("mark unknown", &scripts::MARK_UNKNOWN, req.key, args);
-        let (store, key) = (self.clone(), req.key.clone());
-        self.run(
-            async move { flag(&store, &key, "mark-unknown", &eval.await?) },
-            None,
-        )
-    }
-
-    fn complete<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        owner: OwnerToken,
-        outcome: &'a Envelope,
-        now: Timestamp,
-    ) -> StoreFuture<'a, Completion> {
-        let args = vec![
-            owner.to_hex(),
-            number_arg(now.as_millis()),
-            outcome.as_str().to_owned(),
-        ];
-        let eval = self.eval("complete", &scripts::COMPLETE, key, args);
-        let (store, key) = (self.clone(), key.clone());
-        self.run(
-            async move {
-                Ok(match flag(&store, &key, "completion", &eval.await?)? {
-                    true => Completion::Saved,
-                    false => Completion::Fenced,
-                })
-            },
-            None,
-        )
-    }
-
-    fn release<'a>(&'a self, key: &'a IdempotencyKey, owner: OwnerToken) -> StoreFuture<'a, bool> {
-        let eval = self.eval("release", &scripts::RELEASE, key, vec![owner.to_hex()]);
-        let (store, key) = (self.clone(), key.clone());
-        self.run(
-            async move { flag(&store, &key, "release", &eval.await?) },
-            None,
-        )
-    }
-
-    fn read<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        now: Timestamp,
-    ) -> StoreFuture<'a, Option<Record>> {
-        let hmget = self.hmget(key, &FIELDS);
-        let (store, key) = (self.clone(), key.clone());
-        self.run(
-            async move {
-                let record = record::decode(hmget.await?).map_err(|e| store.corrupt(&key, &e))?;
-                Ok(record.filter(|record| record.expires_at > now))
-            },
-            None,
-        )
-    }
-
-    /// Walks the prefix's index (or the tool's) newest first, in batches of
-    /// `max(limit + 1, 100)` members, one `EVALSHA` each; see the
-    /// [module documentation](self) for the cost.
-    fn list<'a>(&'a self, query: &'a ListQuery, now: Timestamp) -> StoreFuture<'a, ListPage> {
-        let (store, query) = (self.clone(), query.clone());
-        self.run(async move { store.list_page(&query, now).await }, None)
-    }
-
-    /// One `EVALSHA`: compares the state, then deletes the record and its index members.
-    fn purge<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        force: bool,
-        now: Timestamp,
-    ) -> StoreFuture<'a, PurgeOutcome> {
-        let (store, key) = (self.clone(), key.clone());
-        self.run(async move { store.purge_key(&key, force, now).await }, None)
-    }
-
-    /// Walks the index as [`list`](Store::list) does (batches of 1000 members), then one
-    /// `EVALSHA` per matching record.
-    fn purge_matching<'a>(
-        &'a self,
-        query: &'a ListQuery,
-        force: bool,
-        now: Timestamp,
-    ) -> StoreFuture<'a, PurgeCounts> {
-        let (store, query) = (self.clone(), query.clone());
-        self.run(
-            async move { store.purge_all(&query, force, now).await },
-            None,
-        )
-    }
-
-    /// Walks the whole index (batches of 1000 members, outcomes left out): O(records).
-    fn stats<'a>(&'a self, now: Timestamp) -> StoreFuture<'a, StoreStats> {
-        let store = self.clone();
-        self.run(async move { store.count(now).await }, None)
-    }
-
-    fn needs_runtime_io(&self) -> bool {
-        true
-    }
-
-    fn backend(&self) -> &'static str {
-        BACKEND
-    }
-
-    fn round_trips(&self) -> Option<u64> {
-        Some(self.round_trips.load(Ordering::Relaxed))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::redact;
-
-    #[test]
-    fn urls_are_redacted() {
-        assert_eq!(
-            redact("redis://user:secret@host:6379/0"),
-            "redis://user:***@host:6379/0"
-        );
-        assert_eq!(redact("redis://:secret@host"), "redis://:***@host");
-        assert_eq!(redact("redis://host:6379"), "redis://host:6379");
-        assert_eq!(redact("redis://user@host"), "redis://user@host");
     }
 }

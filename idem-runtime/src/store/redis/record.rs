@@ -8,31 +8,37 @@ use crate::clock::Timestamp;
 use crate::envelope::Envelope;
 use crate::key::Fingerprint;
 use crate::label::{RecordLabel, ScopePath};
-use crate::store::{OwnerToken, Record, RecordState};
+use crate::store::OutcomeSource;
+use crate::store::{History, OwnerToken, Record, RecordState};
 
-/// The layout version this build writes in each record's `v` field when it claims or takes
-/// over a key.
+/// The layout version this build writes in each record's `v` field when it claims, takes
+/// over, marks unknown, completes or decides a key.
 ///
 /// - `1`: the first layout: no fencing token and no "outcome unknown" state.
 /// - `2`: adds `fence` (the fencing token, F1) and `unknown_since` (the outcome-unknown
 ///   state, U1).
 /// - `3`: adds the label (P1): `tool`, `scope`, and when present `namespace` and
 ///   `key_args`; and the record is in its prefix's index (I3).
+/// - `4`: adds the outcome's `source` (S1, U6), the not-applied state (`decided_at`, U6)
+///   and the history (`history`, `history_len`, `history_dropped`, U7). A record that
+///   reaches layout 4 from layout 1 or 2 by a marking, a completion or a decision (not a
+///   claim nor a takeover, which write the label) has no label.
 ///
-/// This build reads all three (P4). A layout-1 record reads with fence 1 and becomes
-/// layout 2 (with fence 1) the first time a renewal, a marking as unknown or a completion
-/// writes it; a claim (over an expired record) or a takeover writes layout 3 with the
-/// label. Records of layouts 1 and 2 read with no label (`Record::label` is `None`). A
-/// record of any other version (one written by a newer build) is neither read nor written:
-/// every operation on it fails with
+/// This build reads all four (P4). A layout-1 record reads with fence 1; a renewal makes it
+/// layout 2 (with fence 1), and every write that appends to the history makes any record
+/// layout 4 (with fence 1 if it had none); a claim (over an expired record) or a takeover
+/// writes layout 4 with the label. Records of layouts 1 and 2 read with no label; records
+/// of layouts 1 to 3 read with an empty history and, when completed, with the source
+/// `executed`. A record of any other version (one written by a newer build) is neither
+/// read nor written: every operation on it fails with
 /// [`StoreErrorKind::Corrupt`](crate::StoreErrorKind::Corrupt) and leaves it untouched.
-pub const REDIS_LAYOUT_VERSION: u32 = 3;
+pub const REDIS_LAYOUT_VERSION: u32 = 4;
 
 /// The layout versions this build reads, as stored.
-pub(super) const READABLE: [&str; 3] = ["1", "2", "3"];
+pub(super) const READABLE: [&str; 4] = ["1", "2", "3", "4"];
 
 /// The fields a read returns, in this order.
-pub(super) const FIELDS: [&str; 14] = [
+pub(super) const FIELDS: [&str; 16] = [
     "v",
     "fingerprint",
     "created_at",
@@ -47,7 +53,13 @@ pub(super) const FIELDS: [&str; 14] = [
     "namespace",
     "scope",
     "key_args",
+    "source",
+    "decided_at",
 ];
+
+/// The history fields a history read returns after [`FIELDS`], in this order: the entries
+/// (one JSON line each, `\n` between them) and how many earlier ones were dropped.
+pub(super) const HISTORY_FIELDS: [&str; 2] = ["history", "history_dropped"];
 
 /// The 1-based position of `name` in [`FIELDS`], for the scripts.
 pub(super) fn field_position(name: &str) -> usize {
@@ -77,26 +89,61 @@ pub(super) fn parse_number(text: &str) -> Option<u64> {
         .flatten()
 }
 
+/// The text of each bulk string of an `HMGET` reply (`None` for a missing field), checked
+/// against `names` (the fields asked for, in order).
+fn texts(value: Value, names: &[&str]) -> Result<Vec<Option<String>>, String> {
+    let Value::Array(items) = value else {
+        return Err("unexpected reply shape".to_owned());
+    };
+    if items.len() != names.len() {
+        return Err("unexpected number of fields".to_owned());
+    }
+    items
+        .into_iter()
+        .zip(names)
+        .map(|(item, name)| match item {
+            Value::Nil => Ok(None),
+            Value::BulkString(bytes) => String::from_utf8(bytes)
+                .map(Some)
+                .map_err(|_| format!("{name} is not UTF-8")),
+            _ => Err(format!("{name} is not a string")),
+        })
+        .collect()
+}
+
 /// Decodes the fields of [`FIELDS`], in that order, as an `HMGET` returns them: `Ok(None)`
 /// when the hash is absent (every field nil), `Err` naming what is wrong with a hash that is
 /// not a valid record of a layout this build reads.
 pub(super) fn decode(value: Value) -> Result<Option<Record>, String> {
-    let Value::Array(items) = value else {
-        return Err("unexpected reply shape".to_owned());
+    decode_texts(texts(value, &FIELDS)?)
+}
+
+/// Decodes the answer of a history read, `HMGET` of [`FIELDS`] then [`HISTORY_FIELDS`]:
+/// `Ok(None)` when the hash is absent, else the record and its history (U7). A record of
+/// layouts 1 to 3 has none: an empty history, nothing dropped.
+pub(super) fn decode_with_history(value: Value) -> Result<Option<(Record, History)>, String> {
+    let names: Vec<&str> = FIELDS.iter().chain(&HISTORY_FIELDS).copied().collect();
+    let mut fields = texts(value, &names)?;
+    let dropped = fields.pop().flatten();
+    let text = fields.pop().flatten();
+    let Some(record) = decode_texts(fields)? else {
+        return Ok(None);
     };
-    if items.len() != FIELDS.len() {
-        return Err("unexpected number of fields".to_owned());
-    }
-    let mut fields: Vec<Option<String>> = Vec::with_capacity(FIELDS.len());
-    for (item, name) in items.into_iter().zip(FIELDS) {
-        fields.push(match item {
-            Value::Nil => None,
-            Value::BulkString(bytes) => {
-                Some(String::from_utf8(bytes).map_err(|_| format!("{name} is not UTF-8"))?)
-            }
-            _ => return Err(format!("{name} is not a string")),
-        });
-    }
+    let dropped = match dropped {
+        None => 0,
+        Some(count) => count
+            .parse::<u64>()
+            .ok()
+            .filter(|_| count.bytes().all(|b| b.is_ascii_digit()))
+            .ok_or("history_dropped is not a count")?,
+    };
+    Ok(Some((
+        record,
+        History::from_stored(text.as_deref(), dropped),
+    )))
+}
+
+fn decode_texts(fields: Vec<Option<String>>) -> Result<Option<Record>, String> {
     if fields.iter().all(Option::is_none) {
         return Ok(None);
     }
@@ -106,12 +153,16 @@ pub(super) fn decode(value: Value) -> Result<Option<Record>, String> {
     let (owner, lease_until, outcome, completed_at) = (next(), next(), next(), next());
     let (fence, unknown_since) = (next(), next());
     let (tool, namespace, scope, key_args) = (next(), next(), next(), next());
+    let (source, decided_at) = (next(), next());
     let layout = match v.as_deref() {
         Some(v) if READABLE.contains(&v) => v,
         Some(v) => return Err(unknown_layout(v)),
         None => return Err("no layout version".to_owned()),
     };
     let labelled = tool.is_some() || namespace.is_some() || scope.is_some() || key_args.is_some();
+    if layout != "4" && (source.is_some() || decided_at.is_some()) {
+        return Err(format!("layout {layout} with a field of layout 4"));
+    }
     let fence = match (layout, fence) {
         // Layout 1 had neither a fencing token nor an unknown outcome: fence 1 (F1).
         ("1", None) if unknown_since.is_none() && !labelled => 1,
@@ -121,14 +172,15 @@ pub(super) fn decode(value: Value) -> Result<Option<Record>, String> {
         (_, None) => return Err("no fence".to_owned()),
     };
     let label = match (layout, tool) {
-        ("3", Some(tool)) => Some(RecordLabel {
+        ("3" | "4", Some(tool)) => Some(RecordLabel {
             tool,
             namespace,
             scope: ScopePath::from_stored(scope.as_deref().unwrap_or_default()),
             key_args,
         }),
         ("3", None) => return Err("no tool".to_owned()),
-        // Written before labels existed (P4): no label.
+        ("4", None) if labelled => return Err("no tool".to_owned()),
+        // Written before labels existed (P4), or moved on in place since: no label.
         _ => None,
     };
     let fingerprint = fingerprint
@@ -137,23 +189,41 @@ pub(super) fn decode(value: Value) -> Result<Option<Record>, String> {
         .ok_or("fingerprint is not 64 lowercase hex digits")?;
     let token =
         |owner: String| OwnerToken::from_hex(&owner).ok_or("owner is not 32 lower-case hex digits");
-    let state = match (owner, lease_until, unknown_since, outcome, completed_at) {
-        (Some(owner_text), lease_until @ Some(_), None, None, None) => RecordState::InProgress {
-            owner: token(owner_text)?,
-            lease_until: instant(lease_until, "lease_until")?,
-        },
-        (Some(owner_text), lease_until @ Some(_), since @ Some(_), None, None) => {
+    let completed = outcome.is_some() || completed_at.is_some() || source.is_some();
+    let state = match (owner, lease_until, unknown_since, decided_at) {
+        (Some(owner_text), lease_until @ Some(_), None, None) if !completed => {
+            RecordState::InProgress {
+                owner: token(owner_text)?,
+                lease_until: instant(lease_until, "lease_until")?,
+            }
+        }
+        (Some(owner_text), lease_until @ Some(_), since @ Some(_), None) if !completed => {
             RecordState::OutcomeUnknown {
                 owner: token(owner_text)?,
                 lease_until: instant(lease_until, "lease_until")?,
                 since: instant(since, "unknown_since")?,
             }
         }
-        (None, None, None, Some(outcome), completed_at @ Some(_)) => RecordState::Completed {
-            outcome: Envelope::from_stored(outcome),
-            completed_at: instant(completed_at, "completed_at")?,
+        (None, None, None, decided_at @ Some(_)) if !completed => RecordState::NotApplied {
+            decided_at: instant(decided_at, "decided_at")?,
         },
-        _ => return Err("neither in progress, outcome unknown nor completed".to_owned()),
+        (None, None, None, None) if outcome.is_some() && completed_at.is_some() => {
+            RecordState::Completed {
+                outcome: Envelope::from_stored(outcome.unwrap_or_default()),
+                completed_at: instant(completed_at, "completed_at")?,
+                // Layouts 1 to 3 knew no other source (P4).
+                source: match source.as_deref() {
+                    None => OutcomeSource::Executed,
+                    Some(text) => OutcomeSource::parse(text)
+                        .ok_or_else(|| format!("unknown outcome source {text:?}"))?,
+                },
+            }
+        }
+        _ => {
+            return Err(
+                "neither in progress, outcome unknown, completed nor not applied".to_owned(),
+            )
+        }
     };
     Ok(Some(Record {
         fingerprint,
@@ -366,7 +436,7 @@ mod tests {
     fn malformed_and_newer_records_are_refused() {
         let missing_fence = in_progress("2");
         assert_eq!(decode_fields(&missing_fence).unwrap_err(), "no fence");
-        let newer = in_progress("4");
+        let newer = in_progress("5");
         assert!(decode_fields(&newer).unwrap_err().contains("newer"));
         let garbage = in_progress("x");
         assert!(decode_fields(&garbage)
@@ -386,5 +456,137 @@ mod tests {
         both.push(("completed_at", number_arg(1)));
         assert!(decode_fields(&both).is_err());
         assert_eq!(decode(hash(&[])), Ok(None));
+    }
+
+    /// A completed record of layout `v` (with a fence).
+    fn completed(v: &str) -> Vec<(&'static str, String)> {
+        vec![
+            ("v", v.to_owned()),
+            ("fingerprint", FP.to_owned()),
+            ("created_at", number_arg(10)),
+            ("expires_at", number_arg(1_000)),
+            ("fence", number_arg(2)),
+            ("outcome", r#"{"ok":1}"#.to_owned()),
+            ("completed_at", number_arg(20)),
+        ]
+    }
+
+    // pins S1, U6, P4: a layout-4 record reads its outcome's source, and the not-applied
+    // state; a completed record of layouts 1 to 3 (no source) reads as executed; a
+    // layout-4 record without a label (moved on in place from layout 1 or 2) reads with none
+    #[test]
+    fn layout_4_reads_sources_and_decisions() {
+        for (v, source, want) in [
+            ("3", None, OutcomeSource::Executed),
+            ("4", None, OutcomeSource::Executed),
+            ("4", Some("executed"), OutcomeSource::Executed),
+            ("4", Some("reconciled"), OutcomeSource::Reconciled),
+            ("4", Some("resolved"), OutcomeSource::Resolved),
+        ] {
+            let mut fields = completed(v);
+            if v == "3" {
+                fields.push(("tool", "t".to_owned()));
+            }
+            if let Some(source) = source {
+                fields.push(("source", source.to_owned()));
+            }
+            let record = decode_fields(&fields).unwrap().unwrap();
+            assert!(
+                matches!(record.state, RecordState::Completed { source, .. } if source == want),
+                "{v} {source:?}: {record:?}"
+            );
+            assert_eq!(record.label.is_some(), v == "3", "{v}");
+        }
+        let mut decided = completed("4");
+        decided.retain(|(n, _)| !matches!(*n, "outcome" | "completed_at"));
+        decided.push(("decided_at", number_arg(30)));
+        decided.push(("tool", "t".to_owned()));
+        let record = decode_fields(&decided).unwrap().unwrap();
+        assert_eq!(
+            record.state,
+            RecordState::NotApplied {
+                decided_at: Timestamp::from_millis(30)
+            }
+        );
+        assert_eq!(
+            (record.fence, record.label.unwrap().tool.as_str()),
+            (2, "t")
+        );
+    }
+
+    // pins S10, P4: fields of layout 4 in an older layout, a decision beside another state,
+    // an unknown source and label fields without a tool are refused
+    #[test]
+    fn malformed_layout_4_records_are_refused() {
+        let mut v3 = completed("3");
+        v3.push(("tool", "t".to_owned()));
+        v3.push(("source", "executed".to_owned()));
+        assert!(decode_fields(&v3)
+            .unwrap_err()
+            .contains("field of layout 4"));
+        let mut bad_source = completed("4");
+        bad_source.push(("source", "guessed".to_owned()));
+        assert!(decode_fields(&bad_source)
+            .unwrap_err()
+            .contains("unknown outcome source"));
+        let mut decided_and_completed = completed("4");
+        decided_and_completed.push(("decided_at", number_arg(30)));
+        assert!(decode_fields(&decided_and_completed).is_err());
+        let mut decided_and_owned = in_progress("4");
+        decided_and_owned.push(("fence", number_arg(1)));
+        decided_and_owned.push(("decided_at", number_arg(30)));
+        assert!(decode_fields(&decided_and_owned).is_err());
+        let mut source_in_progress = in_progress("4");
+        source_in_progress.push(("fence", number_arg(1)));
+        source_in_progress.push(("source", "executed".to_owned()));
+        assert!(decode_fields(&source_in_progress).is_err());
+        let mut scope_without_tool = completed("4");
+        scope_without_tool.push(("scope", String::new()));
+        assert_eq!(decode_fields(&scope_without_tool).unwrap_err(), "no tool");
+    }
+
+    // pins U7, P4: a history read splits the history off the record's fields; a record
+    // without history fields (layouts 1 to 3) has an empty history; a bad count is refused
+    #[test]
+    fn histories_decode_beside_their_record() {
+        let names: Vec<&str> = FIELDS.iter().chain(&HISTORY_FIELDS).copied().collect();
+        let reply = |fields: &[(&str, String)]| {
+            Value::Array(
+                names
+                    .iter()
+                    .map(|name| {
+                        fields
+                            .iter()
+                            .find(|(n, _)| n == name)
+                            .map_or(Value::Nil, |(_, v)| {
+                                Value::BulkString(v.as_bytes().to_vec())
+                            })
+                    })
+                    .collect(),
+            )
+        };
+        let mut v3 = completed("3");
+        v3.push(("tool", "t".to_owned()));
+        let (record, history) = decode_with_history(reply(&v3)).unwrap().unwrap();
+        assert_eq!(record.fence, 2);
+        assert_eq!(history, History::default());
+        let owner = OwnerToken::from_hex(OWNER).unwrap();
+        let first = crate::store::HistoryEntry::claimed(Timestamp::from_millis(10), 2, owner);
+        let mut v4 = completed("4");
+        v4.push(("history", format!("{}\n{}", first.to_json(), "not json")));
+        v4.push(("history_dropped", "7".to_owned()));
+        let (_, history) = decode_with_history(reply(&v4)).unwrap().unwrap();
+        assert_eq!(history.dropped, 7);
+        assert_eq!(history.entries.len(), 2);
+        assert_eq!(history.entries[0], first);
+        assert_eq!(decode_with_history(reply(&[])), Ok(None));
+        for (name, value) in &mut v4 {
+            if *name == "history_dropped" {
+                *value = "-1".to_owned();
+            }
+        }
+        assert!(decode_with_history(reply(&v4))
+            .unwrap_err()
+            .contains("history_dropped"));
     }
 }

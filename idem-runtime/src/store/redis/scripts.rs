@@ -1,15 +1,19 @@
-//! The Lua scripts: every store operation but a read is one of them, run by `EVALSHA` as
-//! one atomic step on the server (S2). Each record script starts with the
-//! [`record_prelude`]: the layout check, the fence arithmetic, the garbage deadline and the
-//! index upkeep (see the [module documentation](super)); the inspection scripts (a batch of
-//! a listing, a batch of a re-index) start with the [`index_prelude`].
+//! The Lua scripts of the record operations: every store operation but a read and a
+//! history read is one of them, run by `EVALSHA` as one atomic step on the server (S2).
+//! Each record script starts with the [`record_prelude`]: the layout check, the fence
+//! arithmetic, the history, the Redis key expiry and the index upkeep (see the
+//! [module documentation](super)). The inspection scripts are in
+//! [`index_scripts`](super::index_scripts).
 //!
 //! A record script takes the record's Redis key as `KEYS[1]` and the prefix's index as
 //! `KEYS[2]`; instants and fences travel as 20 decimal digits
 //! ([`number_arg`](super::record::number_arg)), owner tokens as 32 hex digits, optional
-//! label fields as [`optional_arg`](super::record::optional_arg). A script answers `1`/`0`
-//! for a compare-and-set that did / did not apply, or an error reply whose code is
-//! [`CORRUPT_CODE`] for a record it refuses to touch.
+//! label fields as [`optional_arg`](super::record::optional_arg), history entries as their
+//! JSON line ([`HistoryEntry::to_json`](crate::store::HistoryEntry::to_json)). A script
+//! answers `1`/`0` for a compare-and-set that did / did not apply, or an error reply whose
+//! code is [`CORRUPT_CODE`] for a record it refuses to touch. A script checks everything it
+//! refuses a record for before its first write: Redis does not undo the writes of a script
+//! that then answers an error.
 //!
 //! The index keys are derived from `KEYS[2]` inside the scripts (`:tool:<hex>`, `:tools`,
 //! `:sweep`), and the sweep and the listing read other records' keys: the scripts need one
@@ -19,8 +23,9 @@ use std::sync::LazyLock;
 
 use redis::{Script, Value};
 
-use super::record::{field_position, FIELDS, MAX_NUMBER, READABLE};
+use super::record::{FIELDS, MAX_NUMBER, READABLE};
 use super::{GC_MARGIN_MS, GC_MAX_MS, REDIS_LAYOUT_VERSION};
+use crate::store::HISTORY_LIMIT;
 
 /// The code of the error reply of a script that refuses a record it cannot read (a newer
 /// layout, a malformed fence or expiry): reported as
@@ -32,7 +37,7 @@ pub(super) const CORRUPT_CODE: &str = "IDEM_CORRUPT";
 const SWEEP_PER_CLAIM: u32 = 2;
 
 /// The record fields as Lua arguments: `'v', 'fingerprint', …`.
-fn fields_lua() -> String {
+pub(super) fn fields_lua() -> String {
     FIELDS.map(|f| format!("'{f}'")).join(", ")
 }
 
@@ -47,7 +52,7 @@ fn fields_lua() -> String {
 /// members of `IDX`, from a rotating position kept at `IDX:sweep`, and forgets those whose
 /// record Redis deleted: so the index does not keep growing with records that expired and
 /// were never listed.
-fn index_helpers() -> String {
+pub(super) fn index_helpers() -> String {
     format!(
         r"
 local MAX = '{MAX_NUMBER}'
@@ -90,26 +95,37 @@ end
     )
 }
 
-/// Shared by every record script (Lua 5.1): [`index_helpers`], then the record's layout.
+/// Shared by every record script (Lua 5.1): [`index_helpers`], then the record's layout,
+/// history and expiry.
 ///
-/// `layout()` answers the record's layout version (`'1'`, `'2'`, `'3'`), `nil` when there is
-/// no record, or `false` and why for a hash this build must not touch. `upgrade(v)` turns a
-/// layout-1 record into layout 2 (fence 1) before a renewal, a marking as unknown or a
-/// completion writes it in place (only claims and takeovers write the label of layout 3).
-/// `label(first)` writes the label from `ARGV[first ..]`: tool, scope, namespace, key_args.
+/// `layout()` answers the record's layout version (`'1'` to `'4'`), `nil` when there is no
+/// record, or `false` and why for a hash this build must not touch; the prelude refuses
+/// such a hash, and one whose `history_len` or `history_dropped` is not a count, before the
+/// script writes anything. `upgrade(v)` turns a layout-1 record into layout 2 (fence 1)
+/// before a renewal writes it in place; `relayout(v)` makes any record layout 4 (fence 1
+/// for a layout-1 record) before a script appends to its history. `label(first)` writes
+/// the label from `ARGV[first ..]`: tool, scope, namespace, key_args.
 ///
-/// `keep_for(now, deadline)` is how long (ms) Redis must keep the record: until `deadline`
-/// plus the margin by the caller's clock `now` AND by the server's own clock (`TIME`), so
-/// that neither a caller whose clock runs ahead nor one whose clock runs behind makes Redis
-/// delete a record before the other clock sees it expired (G1); `nil` (keep without expiry)
-/// past `GC_MAX`. `span` subtracts two 20-digit instants in two 10-digit halves, exactly
-/// whenever the result is below 2^53 (and a result that is not lies beyond `GC_MAX`).
-/// `expire` sets the deadline; `extend` only ever lengthens it.
+/// `append(entry)` appends one history line, dropping the oldest first while the history
+/// holds `HISTORY_LIMIT` entries (counted in `history_dropped`, U7); `claimed(now, fence,
+/// owner)` is the line of a claim, byte for byte what
+/// [`HistoryEntry::claimed`](crate::store::HistoryEntry::claimed) writes: `plain(n)` turns
+/// a stored 20-digit number into a JSON number (no leading zeros) with string patterns,
+/// exactly, never through Lua's doubles.
+///
+/// `keep_for(now, deadline)` is how long (ms) Redis must keep a completed record: until
+/// `deadline` plus the margin by the caller's clock `now` AND by the server's own clock
+/// (`TIME`), so that neither a caller whose clock runs ahead nor one whose clock runs behind
+/// makes Redis delete a record before the other clock sees it expired (G1); `nil` (keep
+/// without expiry) past `GC_MAX`. `span` subtracts two 20-digit instants in two 10-digit
+/// halves, exactly whenever the result is below 2^53 (and a result that is not lies beyond
+/// `GC_MAX`). `expire` sets that deadline (a completion); `persist()` removes the key's
+/// expiry (a record that is not completed never expires, S8).
 fn record_prelude() -> String {
     let readable = READABLE.map(|v| format!("v == '{v}'")).join(" or ");
     let readable_list = READABLE.join(", ");
     format!(
-        r"
+        r#"
 local K = KEYS[1]
 local IDX = KEYS[2]
 local REC = string.sub(K, 1, -65)
@@ -118,6 +134,7 @@ local M = string.sub(K, -64)
 local LAYOUT = '{REDIS_LAYOUT_VERSION}'
 local MARGIN = {GC_MARGIN_MS}
 local GC_MAX = {GC_MAX_MS}
+local HISTORY_LIMIT = {HISTORY_LIMIT}
 local function layout()
   local v = redis.call('HGET', K, 'v')
   if {readable} then return v end
@@ -127,8 +144,15 @@ local function layout()
   if redis.call('EXISTS', K) == 1 then return false, 'no layout version' end
   return nil
 end
+local function is_count(s)
+  return (not s) or (#s > 0 and #s <= 18 and not string.find(s, '%D'))
+end
 local function upgrade(v)
   if v == '1' then redis.call('HSET', K, 'v', '2', 'fence', ONE) end
+end
+local function relayout(v)
+  if v == '1' then redis.call('HSET', K, 'fence', ONE) end
+  redis.call('HSET', K, 'v', LAYOUT)
 end
 local function label(first)
   redis.call('HSET', K, 'tool', ARGV[first], 'scope', ARGV[first + 1])
@@ -144,6 +168,25 @@ local function next_fence(f)
   return string.sub(f, 1, i - 1) .. string.char(string.byte(f, i) + 1) .. string.rep('0', 20 - i)
 end
 local function later(a, b) if a > b then return a end return b end
+local function plain(n) return string.match(n, '^0*(%d+)$') end
+local function claimed(now, fence, owner)
+  return '{{"at":' .. plain(now) .. ',"event":"claimed","fence":' .. plain(fence)
+    .. ',"owner":"' .. owner .. '"}}'
+end
+local function append(entry)
+  local h = redis.call('HMGET', K, 'history', 'history_len')
+  local text, len, dropped = h[1] or '', tonumber(h[2] or '0'), 0
+  while len >= HISTORY_LIMIT do
+    local nl = string.find(text, '\n', 1, true)
+    if not nl then len = 0 break end
+    text = string.sub(text, nl + 1)
+    len = len - 1
+    dropped = dropped + 1
+  end
+  if dropped > 0 then redis.call('HINCRBY', K, 'history_dropped', dropped) end
+  if len == 0 then text = entry else text = text .. '\n' .. entry end
+  redis.call('HSET', K, 'history', text, 'history_len', len + 1)
+end
 local function span(a, b)
   local ms = (tonumber(string.sub(b, 1, 10)) - tonumber(string.sub(a, 1, 10))) * 1e10
     + (tonumber(string.sub(b, 11)) - tonumber(string.sub(a, 11)))
@@ -158,32 +201,20 @@ local function keep_for(now, deadline)
   if ms > GC_MAX then return nil end
   return ms
 end
+local function persist() redis.call('PERSIST', K) end
 local function expire(ms)
-  if ms then redis.call('PEXPIRE', K, string.format('%.0f', ms))
-  else redis.call('PERSIST', K) end
-end
-local function extend(ms)
-  local current = redis.call('PTTL', K)
-  if current == -1 then return end
-  if not ms then redis.call('PERSIST', K)
-  elseif ms > current then redis.call('PEXPIRE', K, string.format('%.0f', ms)) end
+  if ms then redis.call('PEXPIRE', K, string.format('%.0f', ms)) else persist() end
 end
 local v, why = layout()
 if v == false then return corrupt(why) end
-",
+if v then
+  local h = redis.call('HMGET', K, 'history_len', 'history_dropped')
+  if not (is_count(h[1]) and is_count(h[2])) then
+    return corrupt('history_len or history_dropped is not a count')
+  end
+end
+"#,
         helpers = index_helpers(),
-    )
-}
-
-/// Shared by the inspection scripts: `KEYS[1]` is the prefix's index, `ARGV[1]` the
-/// records' key prefix (`<prefix>rec:`), then [`index_helpers`].
-fn index_prelude() -> String {
-    format!(
-        r"
-local IDX = KEYS[1]
-local REC = ARGV[1]
-{}",
-        index_helpers()
     )
 }
 
@@ -191,33 +222,57 @@ fn script(body: &str) -> Script {
     Script::new(&format!("{}{body}", record_prelude()))
 }
 
-/// Claim (insert-if-absent, S2, S8, F1, P1, I3). ARGV: now, fingerprint, expires_at, owner,
-/// lease_until, tool, scope, namespace, key_args. Answers the new claim's fence (20 digits)
-/// if it acquired the key, else the live record's [`FIELDS`] (as `HMGET`). A claim that
-/// acquires indexes the record (score: now) and sweeps a few index members.
+/// Claim (insert-if-absent, S2, S8, F1, P1, I3, U6, U7). ARGV: now, fingerprint,
+/// expires_at, owner, lease_until, tool, scope, namespace, key_args.
+///
+/// A record that is not completed is live whatever its expiry (S8): answered as it is
+/// ([`FIELDS`], as `HMGET`), unless it is not applied with this fingerprint (U6): then it
+/// becomes in progress, owned by the caller, with the next fence and the new label,
+/// `created_at` and expiry, its history kept and the `claimed` entry appended, and the
+/// script answers `reopened:<fence>`. A completed record live at `now` is answered as it
+/// is. Otherwise (no record, or an expired completed one) the script writes a new
+/// in-progress record, fence 1 or the expired record's + 1, whose history is the one
+/// `claimed` entry, and answers the fence (20 digits). A claim that acquires indexes the
+/// record (score: now), leaves it without a Redis expiry, and sweeps a few index members.
 pub(super) static CLAIM: LazyLock<Script> = LazyLock::new(|| {
     script(&format!(
         r"
-local e = redis.call('HGET', K, 'expires_at')
-if v and ((not e) or e > ARGV[1]) then
-  return redis.call('HMGET', K, {fields})
-end
 local fence = ONE
-if v == '1' then fence = next_fence(ONE)
-elseif v then
-  local f = redis.call('HGET', K, 'fence')
-  if not is_number(f) then return corrupt('fence is not 20 decimal digits') end
-  fence = next_fence(f)
-end
 if v then
+  local r = redis.call('HMGET', K, 'outcome', 'expires_at', 'decided_at', 'fingerprint',
+    'fence', 'owner')
+  if r[1] and r[2] and r[2] <= ARGV[1] then
+    if v == '1' then fence = next_fence(ONE)
+    else
+      if not is_number(r[5]) then return corrupt('fence is not 20 decimal digits') end
+      fence = next_fence(r[5])
+    end
+  elseif r[3] and not r[6] and not r[1] and r[4] == ARGV[2] and v == LAYOUT then
+    if not is_number(r[5]) then return corrupt('fence is not 20 decimal digits') end
+    fence = next_fence(r[5])
+    local old_tool = redis.call('HGET', K, 'tool') or ''
+    redis.call('HDEL', K, 'decided_at', 'unknown_since', 'source', 'completed_at',
+      'namespace', 'key_args')
+    redis.call('HSET', K, 'created_at', ARGV[1], 'expires_at', ARGV[3], 'owner', ARGV[4],
+      'lease_until', ARGV[5], 'fence', fence)
+    label(6)
+    persist()
+    if old_tool ~= ARGV[6] then unindex(M, old_tool) end
+    index(M, ARGV[1], ARGV[6])
+    append(claimed(ARGV[1], fence, ARGV[4]))
+    sweep({SWEEP_PER_CLAIM})
+    return 'reopened:' .. fence
+  else
+    return redis.call('HMGET', K, {fields})
+  end
   local old_tool = redis.call('HGET', K, 'tool') or ''
   if old_tool ~= ARGV[6] then unindex(M, old_tool) end
 end
 redis.call('DEL', K)
 redis.call('HSET', K, 'v', LAYOUT, 'fingerprint', ARGV[2], 'created_at', ARGV[1],
-  'expires_at', ARGV[3], 'owner', ARGV[4], 'lease_until', ARGV[5], 'fence', fence)
+  'expires_at', ARGV[3], 'owner', ARGV[4], 'lease_until', ARGV[5], 'fence', fence,
+  'history', claimed(ARGV[1], fence, ARGV[4]), 'history_len', 1)
 label(6)
-expire(keep_for(ARGV[1], later(ARGV[3], ARGV[5])))
 index(M, ARGV[1], ARGV[6])
 sweep({SWEEP_PER_CLAIM})
 return fence
@@ -226,22 +281,24 @@ return fence
     ))
 });
 
-/// Take over (compare-and-set on owner and lease deadline, S6, U2, F1, P1, I3). ARGV: seen
-/// owner, seen lease_until, now, owner, lease_until, expires_at, fence, tool, scope,
-/// namespace, key_args. Re-scores the record's index members (its `created_at` is now).
+/// Take over (compare-and-set on owner and lease deadline of a record in progress or with
+/// an unknown outcome, S6, U2, F1, P1, I3, U7). ARGV: seen owner, seen lease_until, now,
+/// owner, lease_until, expires_at, fence, tool, scope, namespace, key_args, entry.
+/// Re-scores the record's index members (its `created_at` is now); no Redis expiry.
 pub(super) static TAKE_OVER: LazyLock<Script> = LazyLock::new(|| {
     script(
         r"
-local r = redis.call('HMGET', K, 'owner', 'lease_until', 'expires_at')
-if r[1] == ARGV[1] and r[2] == ARGV[2] and r[3] and r[3] > ARGV[3] then
+local r = redis.call('HMGET', K, 'owner', 'lease_until', 'outcome', 'decided_at')
+if r[1] == ARGV[1] and r[2] == ARGV[2] and not r[3] and not r[4] then
   local old_tool = redis.call('HGET', K, 'tool') or ''
   redis.call('HDEL', K, 'unknown_since', 'namespace', 'key_args')
   redis.call('HSET', K, 'v', LAYOUT, 'owner', ARGV[4], 'lease_until', ARGV[5],
     'created_at', ARGV[3], 'expires_at', ARGV[6], 'fence', ARGV[7])
   label(8)
-  expire(keep_for(ARGV[3], later(ARGV[6], ARGV[5])))
+  persist()
   if old_tool ~= ARGV[8] then unindex(M, old_tool) end
   index(M, ARGV[3], ARGV[8])
+  append(ARGV[12])
   return 1
 end
 return 0
@@ -249,19 +306,20 @@ return 0
     )
 });
 
-/// Renew, the heartbeat (compare-and-set on the owner of a live in-progress record, L1).
-/// ARGV: owner, now, lease_until. Lengthens Redis's deadline to cover the new lease, never
-/// shortens it.
+/// Renew, the heartbeat (compare-and-set on the owner of an in-progress record, L1). ARGV:
+/// owner, lease_until. Raises the expiry to the lease deadline; no Redis expiry, no
+/// history entry.
 pub(super) static RENEW: LazyLock<Script> = LazyLock::new(|| {
     script(
         r"
-local r = redis.call('HMGET', K, 'owner', 'expires_at', 'unknown_since')
-if r[1] == ARGV[1] and r[2] and r[2] > ARGV[2] and not r[3] then
+local r = redis.call('HMGET', K, 'owner', 'expires_at', 'unknown_since', 'outcome',
+  'decided_at')
+if r[1] == ARGV[1] and not r[3] and not r[4] and not r[5] then
   if not is_number(r[2]) then return corrupt('expires_at is not 20 decimal digits') end
   upgrade(v)
-  redis.call('HSET', K, 'lease_until', ARGV[3])
-  if ARGV[3] > r[2] then redis.call('HSET', K, 'expires_at', ARGV[3]) end
-  extend(keep_for(ARGV[2], later(r[2], ARGV[3])))
+  redis.call('HSET', K, 'lease_until', ARGV[2])
+  if ARGV[2] > r[2] then redis.call('HSET', K, 'expires_at', ARGV[2]) end
+  persist()
   return 1
 end
 return 0
@@ -269,15 +327,17 @@ return 0
     )
 });
 
-/// Mark the outcome unknown (compare-and-set on the owner of a live in-progress record,
-/// U1). ARGV: owner, now, since. The lease deadline, and so Redis's deadline, is kept.
+/// Mark the outcome unknown (compare-and-set on the owner of an in-progress record, U1,
+/// U7). ARGV: owner, since, entry. Keeps the owner and the lease deadline; no Redis expiry.
 pub(super) static MARK_UNKNOWN: LazyLock<Script> = LazyLock::new(|| {
     script(
         r"
-local r = redis.call('HMGET', K, 'owner', 'expires_at', 'unknown_since')
-if r[1] == ARGV[1] and r[2] and r[2] > ARGV[2] and not r[3] then
-  upgrade(v)
-  redis.call('HSET', K, 'unknown_since', ARGV[3])
+local r = redis.call('HMGET', K, 'owner', 'unknown_since', 'outcome', 'decided_at')
+if r[1] == ARGV[1] and not r[2] and not r[3] and not r[4] then
+  relayout(v)
+  redis.call('HSET', K, 'unknown_since', ARGV[2])
+  persist()
+  append(ARGV[3])
   return 1
 end
 return 0
@@ -285,16 +345,21 @@ return 0
     )
 });
 
-/// Complete (compare-and-set on the owner of a live in-progress record, S3, S6). ARGV:
-/// owner, now, outcome.
+/// Complete (compare-and-set on the owner of an in-progress record, S3, S6, U7). ARGV:
+/// owner, now, outcome, source, entry. Sets the Redis expiry from the record's
+/// `expires_at` ([`record_prelude`]'s `keep_for`).
 pub(super) static COMPLETE: LazyLock<Script> = LazyLock::new(|| {
     script(
         r"
-local r = redis.call('HMGET', K, 'owner', 'expires_at', 'unknown_since')
-if r[1] == ARGV[1] and r[2] and r[2] > ARGV[2] and not r[3] then
-  upgrade(v)
+local r = redis.call('HMGET', K, 'owner', 'expires_at', 'unknown_since', 'outcome',
+  'decided_at')
+if r[1] == ARGV[1] and not r[3] and not r[4] and not r[5] then
+  if not is_number(r[2]) then return corrupt('expires_at is not 20 decimal digits') end
+  relayout(v)
   redis.call('HDEL', K, 'owner', 'lease_until')
-  redis.call('HSET', K, 'outcome', ARGV[3], 'completed_at', ARGV[2])
+  redis.call('HSET', K, 'outcome', ARGV[3], 'completed_at', ARGV[2], 'source', ARGV[4])
+  append(ARGV[5])
+  expire(keep_for(ARGV[2], r[2]))
   return 1
 end
 return 0
@@ -303,12 +368,12 @@ return 0
 });
 
 /// Release (compare-and-delete on the owner of an in-progress record, S4, S7); removes the
-/// record's index members. ARGV: owner.
+/// record's index members; the history goes with the record. ARGV: owner.
 pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     script(
         r"
-local r = redis.call('HMGET', K, 'owner', 'unknown_since')
-if r[1] == ARGV[1] and not r[2] then
+local r = redis.call('HMGET', K, 'owner', 'unknown_since', 'outcome', 'decided_at')
+if r[1] == ARGV[1] and not r[2] and not r[3] and not r[4] then
   local tool = redis.call('HGET', K, 'tool') or ''
   redis.call('DEL', K)
   unindex(M, tool)
@@ -319,11 +384,71 @@ return 0
     )
 });
 
+/// Transition (compare-and-set on the fence and the state the caller saw, U2, U6, U7).
+/// ARGV: now, fence, seen state (`in_progress`, `outcome_unknown`, `not_applied`), seen
+/// owner (`''` for not applied), seen lease_until (`''`: any), target state
+/// (`outcome_unknown`, `completed`, `not_applied`), since (target outcome unknown), outcome
+/// and source (target completed), expires_at (target completed: the expiry is raised to
+/// it), entry.
+///
+/// A completed record is never moved. Outcome unknown only from in progress, keeping owner
+/// and lease; completed clears owner, lease, the unknown mark and the decision and sets the
+/// Redis expiry as a completion does; not applied clears owner, lease, the unknown mark and
+/// any outcome and sets `decided_at`. Not completed: no Redis expiry.
+pub(super) static TRANSITION: LazyLock<Script> = LazyLock::new(|| {
+    script(
+        r"
+if not v then return 0 end
+local r = redis.call('HMGET', K, 'fence', 'owner', 'lease_until', 'unknown_since', 'outcome',
+  'decided_at', 'expires_at')
+if r[5] then return 0 end
+local fence = r[1]
+if v == '1' then fence = ONE end
+if fence ~= ARGV[2] then return 0 end
+local state
+if r[6] and not r[2] then state = 'not_applied'
+elseif r[6] or not (r[2] and r[3]) then return 0
+elseif r[4] then state = 'outcome_unknown'
+else state = 'in_progress' end
+if state ~= ARGV[3] then return 0 end
+if state ~= 'not_applied' and (r[2] ~= ARGV[4] or (ARGV[5] ~= '' and r[3] ~= ARGV[5])) then
+  return 0
+end
+local target = ARGV[6]
+if target == 'outcome_unknown' then
+  if state ~= 'in_progress' then return 0 end
+  relayout(v)
+  redis.call('HSET', K, 'unknown_since', ARGV[7])
+  persist()
+elseif target == 'completed' then
+  if not is_number(r[7]) then return corrupt('expires_at is not 20 decimal digits') end
+  local e = later(r[7], ARGV[10])
+  relayout(v)
+  redis.call('HDEL', K, 'owner', 'lease_until', 'unknown_since', 'decided_at')
+  redis.call('HSET', K, 'outcome', ARGV[8], 'completed_at', ARGV[1], 'source', ARGV[9],
+    'expires_at', e)
+  expire(keep_for(ARGV[1], e))
+elseif target == 'not_applied' then
+  relayout(v)
+  redis.call('HDEL', K, 'owner', 'lease_until', 'unknown_since', 'outcome', 'completed_at',
+    'source')
+  redis.call('HSET', K, 'decided_at', ARGV[1])
+  persist()
+else
+  return redis.error_reply('IDEM_ARGUMENT unknown target ' .. target)
+end
+append(ARGV[11])
+return 1
+",
+    )
+});
+
 /// Purge one key (I4). ARGV: now, force (`1` or `0`). Answers `{'absent'}` when there is no
-/// live record (an expired record is left to Redis's expiry, G1, and keeps its fence, F1;
-/// a member of a record Redis deleted is forgotten), `{'kept', fields}` for a record that is
-/// not completed without force, `{'deleted', fields}` after deleting the record and its
-/// index members; `fields` are [`FIELDS`] as they were.
+/// live record (an expired completed record is left to Redis's expiry, G1, and keeps its
+/// fence, F1; a member of a record Redis deleted is forgotten), `{'kept', fields}` for a
+/// record that is not completed without force (whatever its expiry, S8), `{'deleted',
+/// fields}` after deleting the record, its history and its index members; `fields` are
+/// [`FIELDS`] as they were.
 pub(super) static PURGE: LazyLock<Script> = LazyLock::new(|| {
     script(&format!(
         r"
@@ -331,106 +456,16 @@ if not v then
   forget(M)
   return {{'absent'}}
 end
-local e = redis.call('HGET', K, 'expires_at')
-if not (e and e > ARGV[1]) then return {{'absent'}} end
+local o = redis.call('HMGET', K, 'outcome', 'expires_at')
+if o[1] and not (o[2] and o[2] > ARGV[1]) then return {{'absent'}} end
 local r = redis.call('HMGET', K, {fields})
-if redis.call('HEXISTS', K, 'outcome') == 0 and ARGV[2] ~= '1' then return {{'kept', r}} end
+if not o[1] and ARGV[2] ~= '1' then return {{'kept', r}} end
 local tool = redis.call('HGET', K, 'tool') or ''
 redis.call('DEL', K)
 unindex(M, tool)
 return {{'deleted', r}}
 ",
         fields = fields_lua(),
-    ))
-});
-
-/// One batch of a walk over a sorted set of the index (I3, I5), newest first. `KEYS[1]`:
-/// the prefix's index; `KEYS[2]`: the set walked (the index or a tool's set). ARGV:
-/// `<prefix>rec:`, the highest score (inclusive, or `+inf`), the member after which to
-/// start among those of that score (`''`: from the first), the lowest score (inclusive, or
-/// `-inf`), how many members, and `1` to leave outcomes out (counting needs no outcome).
-///
-/// Answers up to that many `{member, score, fields}` in (score, member) descending order,
-/// `fields` as `HMGET` of [`FIELDS`]; `{member, score}` alone for a member whose record
-/// Redis deleted, which it forgets (after the walk, so the walk's offsets stay valid). Fewer
-/// than asked: the set holds no more in the range. Members of the cursor's own score are
-/// skipped one by one (those that sort after the cursor's member): the cost of a cursor is
-/// the number of records created in its millisecond. Members compare byte by byte (Lua's
-/// `<` on strings follows the server's locale), as Redis orders them.
-pub(super) static LIST_BATCH: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        r"{prelude}
-local SET = KEYS[2]
-local n = tonumber(ARGV[5])
-local out, gone = {{}}, {{}}
-local function before(a, b)
-  for i = 1, math.min(#a, #b) do
-    local x, y = string.byte(a, i), string.byte(b, i)
-    if x ~= y then return x < y end
-  end
-  return #a < #b
-end
-local function take(m, score)
-  local key = REC .. m
-  if redis.call('EXISTS', key) == 0 then
-    table.insert(gone, m)
-    table.insert(out, {{m, score}})
-    return
-  end
-  local r = redis.call('HMGET', key, {fields})
-  if ARGV[6] == '1' and r[{outcome}] then r[{outcome}] = '' end
-  table.insert(out, {{m, score, r}})
-end
-local max = ARGV[2]
-if ARGV[3] ~= '' then
-  local off = 0
-  repeat
-    local ms = redis.call('ZREVRANGEBYSCORE', SET, max, max, 'LIMIT', off, 100)
-    off = off + #ms
-    for _, m in ipairs(ms) do
-      if before(m, ARGV[3]) and #out < n then take(m, max) end
-    end
-  until #ms < 100 or #out >= n
-  max = '(' .. max
-end
-if #out < n then
-  local ms = redis.call('ZREVRANGEBYSCORE', SET, max, ARGV[4], 'WITHSCORES', 'LIMIT', 0, n - #out)
-  for i = 1, #ms, 2 do take(ms[i], ms[i + 1]) end
-end
-for _, m in ipairs(gone) do forget(m) end
-return out
-",
-        prelude = index_prelude(),
-        fields = fields_lua(),
-        outcome = field_position("outcome"),
-    ))
-});
-
-/// Re-index (I3, P4): adds the records named by `ARGV[2..]` (keys, 64 hex digits) that are
-/// missing from the index, with their tool's set. `KEYS[1]`: the prefix's index; `ARGV[1]`:
-/// `<prefix>rec:`. Skips keys that are not hashes of a layout this build reads or whose
-/// `created_at` is not a stored instant. Answers how many members the index gained.
-pub(super) static REINDEX: LazyLock<Script> = LazyLock::new(|| {
-    let readable = READABLE.map(|v| format!("r[1] == '{v}'")).join(" or ");
-    Script::new(&format!(
-        r"{prelude}
-local added = 0
-for i = 2, #ARGV do
-  local m = ARGV[i]
-  local key = REC .. m
-  if redis.call('TYPE', key)['ok'] == 'hash' then
-    local r = redis.call('HMGET', key, 'v', 'created_at', 'tool')
-    if ({readable}) and is_number(r[2]) then
-      local tool = r[3] or ''
-      added = added + redis.call('ZADD', IDX, 'NX', r[2], m)
-      redis.call('ZADD', tool_set(tool), 'NX', r[2], m)
-      redis.call('SADD', TOOLS, tool)
-    end
-  end
-end
-return added
-",
-        prelude = index_prelude(),
     ))
 });
 
@@ -447,16 +482,19 @@ pub(super) fn as_flag(value: &Value) -> Option<bool> {
 mod tests {
     use super::*;
 
-    // pins S10: the scripts read exactly the layouts the decoder reads, and write this
-    // build's layout
+    // pins S10, P4: the scripts read exactly the layouts the decoder reads, and write this
+    // build's layout, history bound and margin
     #[test]
     fn scripts_know_the_layouts() {
         let prelude = record_prelude();
-        assert!(prelude.contains("if v == '1' or v == '2' or v == '3' then return v end"));
-        assert!(prelude.contains("is not one this build reads (1, 2, 3)"));
+        assert!(
+            prelude.contains("if v == '1' or v == '2' or v == '3' or v == '4' then return v end")
+        );
+        assert!(prelude.contains("is not one this build reads (1, 2, 3, 4)"));
         assert!(prelude.contains(&format!("local LAYOUT = '{REDIS_LAYOUT_VERSION}'\n")));
         assert!(prelude.contains(&format!("local MARGIN = {GC_MARGIN_MS}\n")));
         assert!(prelude.contains(&format!("local MAX = '{MAX_NUMBER}'\n")));
+        assert!(prelude.contains("local HISTORY_LIMIT = 32\n"));
         for script in [
             &CLAIM,
             &TAKE_OVER,
@@ -464,9 +502,8 @@ mod tests {
             &MARK_UNKNOWN,
             &COMPLETE,
             &RELEASE,
+            &TRANSITION,
             &PURGE,
-            &LIST_BATCH,
-            &REINDEX,
         ] {
             assert_eq!(script.get_hash().len(), 40);
         }

@@ -4,7 +4,7 @@
 //! feature, which links `libsqlite3-sys` 0.30: the version sqlx 0.8 links, so this store
 //! and sqlx's SQLite driver can sit in one build (cargo allows one `libsqlite3-sys`).
 //!
-//! # Schema (version 3)
+//! # Schema (version 4)
 //!
 //! Created on first use, inside one `BEGIN IMMEDIATE` transaction, next to any tables the
 //! file already holds (every name starts with `idem_`). The file then holds:
@@ -12,49 +12,68 @@
 //! ```sql
 //! CREATE TABLE idem_meta (
 //!     name  TEXT PRIMARY KEY NOT NULL,  -- 'schema_version'
-//!     value INTEGER NOT NULL            -- 3
+//!     value INTEGER NOT NULL            -- 4
 //! );
-//! CREATE TABLE idem_records (
-//!     key           TEXT PRIMARY KEY NOT NULL, -- the idempotency key (64 hex digits)
-//!     fingerprint   TEXT NOT NULL,             -- 64 hex digits (S9)
-//!     created_at    INTEGER NOT NULL,          -- ms since the Unix epoch
-//!     expires_at    INTEGER NOT NULL,          -- ms; live while now < expires_at (S8)
-//!     owner         TEXT,     -- in progress or outcome unknown: owner token, 32 hex digits
-//!     lease_until   INTEGER,  -- in progress or outcome unknown: lease deadline, ms (S6, L1)
-//!     outcome       TEXT,     -- completed: the envelope JSON, verbatim (S11)
-//!     completed_at  INTEGER,  -- completed: ms
-//!     fence         INTEGER NOT NULL DEFAULT 1 CHECK (fence >= 1),  -- fencing token (F1)
-//!     unknown_since INTEGER   -- outcome unknown: when that run claimed the key, ms (U1)
-//!         CHECK (unknown_since IS NULL OR outcome IS NULL),
+//! CREATE TABLE "idem_records" (
+//!     key             TEXT PRIMARY KEY NOT NULL, -- the idempotency key (64 hex digits)
+//!     fingerprint     TEXT NOT NULL,             -- 64 hex digits (S9)
+//!     created_at      INTEGER NOT NULL,          -- ms since the Unix epoch
+//!     expires_at      INTEGER NOT NULL,          -- ms; a completed row is live while
+//!                                                -- now < expires_at (S8)
+//!     owner           TEXT,     -- in progress or outcome unknown: owner token, 32 hex digits
+//!     lease_until     INTEGER,  -- in progress or outcome unknown: lease deadline, ms (S6, L1)
+//!     outcome         TEXT,     -- completed: the envelope JSON, verbatim (S11)
+//!     completed_at    INTEGER,  -- completed: ms
+//!     fence           INTEGER NOT NULL DEFAULT 1 CHECK (fence >= 1),  -- fencing token (F1)
+//!     unknown_since   INTEGER,  -- outcome unknown: when that run claimed the key, ms (U1)
 //!     -- the label (P1), written by every claim and takeover; all NULL in a row written
 //!     -- before version 3 (P4):
-//!     tool          TEXT,     -- the tool's name
-//!     namespace     TEXT,     -- the engine's namespace (K11); NULL: none
-//!     scope         TEXT,     -- the scope path's text: `kind=value` parts joined by `/`
-//!                             -- ('' for global)
-//!     key_args      TEXT,     -- audited tools only: the canonical JSON of the key
-//!                             -- arguments (P2); NULL otherwise
-//!     CHECK ((owner IS NOT NULL AND lease_until IS NOT NULL
-//!             AND outcome IS NULL AND completed_at IS NULL)
-//!         OR (owner IS NULL AND lease_until IS NULL
-//!             AND outcome IS NOT NULL AND completed_at IS NOT NULL))
+//!     tool            TEXT,     -- the tool's name
+//!     namespace       TEXT,     -- the engine's namespace (K11); NULL: none
+//!     scope           TEXT,     -- the scope path's text: `kind=value` parts joined by `/`
+//!                               -- ('' for global)
+//!     key_args        TEXT,     -- audited tools only: the canonical JSON of the key
+//!                               -- arguments (P2); NULL otherwise
+//!     source          TEXT,     -- completed: 'executed', 'reconciled' or 'resolved' (U6);
+//!                               -- NULL in a row completed before version 4: executed
+//!     decided_at      INTEGER,  -- not applied: when a person decided so, ms (U6)
+//!     -- the history (U7): NULL / 0 / 0 in a row written before version 4
+//!     history         TEXT,     -- the entries' JSON lines joined by '\n', oldest first
+//!     history_len     INTEGER NOT NULL DEFAULT 0 CHECK (history_len >= 0),  -- lines held
+//!     history_dropped INTEGER NOT NULL DEFAULT 0 CHECK (history_dropped >= 0), -- dropped
+//!     CHECK ((owner IS NOT NULL AND lease_until IS NOT NULL               -- in progress,
+//!             AND outcome IS NULL AND completed_at IS NULL                -- outcome unknown
+//!             AND source IS NULL AND decided_at IS NULL)
+//!         OR (owner IS NULL AND lease_until IS NULL AND unknown_since IS NULL  -- completed
+//!             AND outcome IS NOT NULL AND completed_at IS NOT NULL
+//!             AND decided_at IS NULL)
+//!         OR (owner IS NULL AND lease_until IS NULL AND unknown_since IS NULL  -- not applied
+//!             AND outcome IS NULL AND completed_at IS NULL
+//!             AND source IS NULL AND decided_at IS NOT NULL))
 //! );
-//! CREATE INDEX idem_records_expires_at ON idem_records (expires_at);        -- garbage (G1)
+//! -- garbage (G1): completed rows only, the only ones that expire
+//! CREATE INDEX idem_records_expires_at ON idem_records (expires_at) WHERE outcome IS NOT NULL;
 //! CREATE INDEX idem_records_created_at ON idem_records (created_at, key);   -- listing (I3)
 //! CREATE INDEX idem_records_tool ON idem_records (tool, created_at, key);   -- by tool (I3)
 //! CREATE INDEX idem_records_scope ON idem_records (scope);                  -- by scope (I3)
 //! ```
 //!
-//! (SQLite keeps the table's definition as `CREATE TABLE` of version 1 followed by the
-//! columns its migrations added, in the order above.)
-//!
 //! A row is in progress when `owner` is set and `unknown_since` is not, outcome unknown
-//! when both are set, and completed when `outcome` is set. Times are whole milliseconds
-//! since the Unix epoch, the unit of [`Timestamp`]; an instant at or past `i64::MAX` ms
-//! (year 292 million, reached only by a saturated `now + ttl`) is stored as `i64::MAX`, so
-//! such a record never expires for any `now` before that year (instants at or past it
-//! compare equal). Fences are stored as integers too, saturating at `i64::MAX`. Keys,
-//! fingerprints and outcomes are bound as parameters, never spliced into SQL.
+//! when both are set, completed when `outcome` is set, and not applied when `decided_at`
+//! is set. Times are whole milliseconds since the Unix epoch, the unit of [`Timestamp`];
+//! an instant at or past `i64::MAX` ms (year 292 million, reached only by a saturated
+//! `now + ttl`) is stored as `i64::MAX`, so such a record never expires for any `now`
+//! before that year (instants at or past it compare equal). Fences are stored as integers
+//! too, saturating at `i64::MAX`. Keys, fingerprints, outcomes and history entries are
+//! bound as parameters, never spliced into SQL.
+//!
+//! The history (U7) is the entries' stored lines
+//! ([`HistoryEntry::to_json`](super::HistoryEntry::to_json)) joined by `\n`, oldest
+//! first, with `history_len` the number of lines and `history_dropped` the number of
+//! earlier ones dropped: an append to a history of [`HISTORY_LIMIT`](super::HISTORY_LIMIT)
+//! (32) lines drops the first line (up to and including the first `\n`) and counts it.
+//! Each statement that moves a row appends its entry in its own `SET` clause: the history
+//! adds no statement and no round trip.
 //!
 //! # Versions and migration
 //!
@@ -68,55 +87,89 @@
 //! once): every stored record keeps its state and fence, keeps replaying, and reads back
 //! with no label (P4); it is listed and counted under the tool `""`, and matches a scope
 //! filter only when the filter is empty.
-//! A version-1 file runs both steps in the one transaction. A new file is created as
-//! version 1 and migrated by the same steps, so new and migrated files have one schema. A
-//! file of a newer version (or of a version no build wrote) is refused with
+//! Version 3 becomes version 4 by rebuilding the table, since version 1's `CHECK` forbids
+//! the not-applied state (no owner and no outcome) and SQLite cannot change a `CHECK` in
+//! place. The documented way
+//! ([lang_altertable.html#otheralter](https://www.sqlite.org/lang_altertable.html#otheralter)):
+//! create the new table as `idem_records_v4`, copy every row with `INSERT … SELECT`, drop
+//! the old table, rename the new one, create the four indexes, and re-create any other
+//! index or trigger on the table as it was. Every stored record keeps its state, fence and
+//! label, keeps replaying, counts its outcome as executed (`source` NULL) and has an empty
+//! history until its next transition (P4). The rebuild reads and writes every row once
+//! while holding the file's write lock; a row the new `CHECK` refuses (only one that broke
+//! version 3's) fails the whole set-up and leaves the file as it was.
+//! An older file runs every step from its version in the one transaction. A new file is
+//! created as version 1 and migrated by the same steps, so new and migrated files have one
+//! schema. A file of a newer version (or of a version no build wrote) is refused with
 //! [`SqliteOpenError::UnsupportedSchema`] and left untouched; so is a migrated file by a
 //! build of an older version, whose processes therefore cannot open it. Processes of such a
-//! build that already had the file open when it was migrated must be stopped: upgrade
-//! every process that shares a file together.
+//! build that already had the file open when it was migrated must be stopped (they would
+//! treat records that are not completed as expiring): upgrade every process that shares a
+//! file together.
 //!
-//! # Operations (S2, S6, S8, F1, L1, U1)
+//! # Operations (S2, S6, S8, F1, L1, U1, U6, U7)
+//!
+//! A row is live while it is completed and `expires_at > now`, or not completed, whatever
+//! its `expires_at` (S8): `(expires_at > :now OR outcome IS NULL)` in every statement that
+//! asks. Each operation is one statement or one transaction, one round trip
+//! ([`Store::round_trips`]):
 //!
 //! - claim: one `BEGIN IMMEDIATE` transaction runs
-//!   `INSERT … ON CONFLICT(key) DO UPDATE … WHERE idem_records.expires_at <= now RETURNING
-//!   fence` (insert if absent, with fence 1, or over an expired row, with its fence + 1)
-//!   and, when nothing was written, reads the live row.
+//!   `INSERT … ON CONFLICT(key) DO UPDATE … WHERE outcome IS NOT NULL AND expires_at <= now
+//!   RETURNING fence` (insert if absent, with fence 1, or over an expired completed row,
+//!   with its fence + 1; the history becomes one `claimed` entry, built in SQL since only
+//!   the statement knows the fence) and, when nothing was written, reads the live row; if
+//!   that row is not applied with the claim's fingerprint (U6), an `UPDATE … RETURNING
+//!   fence` makes it in progress with its fence + 1 and appends the `claimed` entry
+//!   ([`Claim::Acquired`] with `reopened: true`). Otherwise the row is returned untouched.
 //! - take over, renew, mark unknown, complete, release: one compare-and-set statement
-//!   each, `UPDATE/DELETE … WHERE key = ? AND owner = ? …`. Take over also matches the
-//!   seen lease deadline and accepts a row in progress or outcome unknown; the others
-//!   accept only a row in progress (`unknown_since IS NULL`).
+//!   each, `UPDATE/DELETE … WHERE key = ? AND owner = ? …` (a row with an owner is never
+//!   completed, hence always live). Take over also matches the seen lease deadline and
+//!   accepts a row in progress or outcome unknown; the others accept only a row in progress
+//!   (`unknown_since IS NULL`). Take over, mark unknown and complete append their entry;
+//!   complete also writes `source`; renew writes no entry.
+//! - transition ([`Store::transition`], U2, U6): one `UPDATE … WHERE key = ? AND fence = ?
+//!   AND <live> AND <the seen state>` that sets the target state's columns and appends the
+//!   entry (one statement text per pair of seen state and target).
+//! - history ([`Store::history`], U7): one `SELECT` of the history columns of the live row.
 //! - claim and take over write the label columns (P1); a claim over an expired row and a
 //!   takeover replace them, so a takeover of a row written before version 3 labels it.
 //! - expiry is compared with the `now` the engine passes in, never SQLite's clock.
 //!
-//! # Inspection (I3–I5)
+//! # Inspection (I3–I5, I7)
 //!
 //! [`Store::list`] is one `SELECT` whose `WHERE` clause holds every filter (tool,
-//! namespace, scope prefix, state, creation time, the cursor, `expires_at > now`), ordered
-//! `created_at DESC, key DESC` and limited to the page size + 1 (the extra row says whether
-//! a next page exists). A scope prefix with text `P` selects `scope = P` and the range
-//! `P/ <= scope < P0` (`0` is the byte after `/`): exactly the scopes whose parts begin with
-//! the prefix's, never a `LIKE`. A tool filter is served by the `(tool, created_at, key)`
-//! index, which also yields the order; a scope prefix by two ranges of the `(scope)` index;
-//! an unfiltered listing by the `(created_at, key)` index, read backwards from the cursor.
-//! [`Store::purge`] is one transaction (a `DELETE … RETURNING` by key, and a read when it
-//! deleted nothing); [`Store::purge_matching`] one transaction (a count of the kept rows, a
-//! `DELETE` of the rest); [`Store::stats`] one `GROUP BY tool, state`. Each method's
-//! documentation states its cost.
+//! namespace, scope prefix, state, creation time, the cursor, liveness), ordered
+//! `created_at DESC, key DESC` (or `ASC, ASC` with
+//! [`ListQuery::oldest_first`](super::ListQuery::oldest_first), the cursor then bounding
+//! from below) and limited to the page size + 1 (the extra row says whether a next page
+//! exists). The state filter and the counts use the effective state at `now` (I7): a row
+//! in progress whose `lease_until <= now` is outcome unknown. A scope prefix with text `P`
+//! selects `scope = P` and the range `P/ <= scope < P0` (`0` is the byte after `/`):
+//! exactly the scopes whose parts begin with the prefix's, never a `LIKE`. A tool filter is
+//! served by the `(tool, created_at, key)` index, which also yields the order; a scope
+//! prefix by two ranges of the `(scope)` index; an unfiltered listing by the
+//! `(created_at, key)` index, read from the cursor. [`Store::purge`] is one transaction (a
+//! `DELETE … RETURNING` by key, and a read when it deleted nothing; without `force` only a
+//! completed row is deleted); [`Store::purge_matching`] one transaction (a count of the
+//! kept rows, a `DELETE` of the rest); [`Store::stats`] one `GROUP BY tool, state`. Each
+//! method's documentation states its cost.
 //!
 //! # Garbage collection (G1)
 //!
-//! Reads treat an expired row as absent at once; rows are deleted later, and never while
-//! live. Every 1024 claims of a store, the claim's transaction deletes at most 256 rows
-//! whose `expires_at` and, unless completed, `lease_until` are at or before the cutoff
+//! Reads treat an expired completed row as absent at once; rows are deleted later, and
+//! never while live. A row that is not completed (in progress, outcome unknown, not
+//! applied) is never deleted by collection: it waits for a call, a decision or a purge.
+//! Every 1024 claims of a store, the claim's transaction deletes at most 256 completed
+//! rows whose `expires_at` is at or before the cutoff
 //! `min(claim's now, this machine's wall clock) − GC_DRIFT_MARGIN_MS − 1 ms`
 //! ([`GC_DRIFT_MARGIN_MS`](super::GC_DRIFT_MARGIN_MS) is one hour, room for drift between
-//! callers). The wall clock is the store's own clock: every process sharing the file runs
-//! on this machine, so an engine whose clock runs ahead, by an hour or by a year, deletes
-//! nothing that this machine still sees live, neither another caller's claim nor its saved
-//! outcome. [`SqliteStore::collect_garbage`] deletes, on demand, every row that is garbage
-//! at the `now` it is given (also capped by the wall clock, without the margin).
+//! callers), found by the partial `expires_at` index of completed rows. The wall clock is
+//! the store's own clock: every process sharing the file runs on this machine, so an
+//! engine whose clock runs ahead, by an hour or by a year, deletes nothing that this
+//! machine still sees live. [`SqliteStore::collect_garbage`] deletes, on demand, every row
+//! that is garbage at the `now` it is given (also capped by the wall clock, without the
+//! margin).
 //!
 //! # Concurrency
 //!
@@ -136,14 +189,19 @@
 //! the returned future is ready at once, so sync tools (`run_blocking`) need no runtime.
 //! If a caller drops a claim or takeover future while its statement is still running on
 //! the blocking pool, and the statement then acquires the claim, the store releases it at
-//! once on the runtime (S7) rather than leaving it in progress until its lease lapses.
+//! once on the runtime (S7) rather than leaving it in progress until its lease lapses;
+//! except a claim that reopened a key decided not applied (U6), which a release would
+//! delete with its decision and history: it stays in progress until its lease lapses, and
+//! then counts as an unknown outcome (U1).
 //! [`Store::watch`] returns `None`: another process's change cannot be signalled, so
 //! waiting duplicates poll with backoff (S5), after a completion or a mark-unknown alike.
 
 mod error;
+mod history;
 mod inspect;
 mod schema;
 mod statements;
+mod values;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -153,17 +211,20 @@ use std::sync::{Arc, Mutex, PoisonError};
 use rusqlite::Connection;
 
 pub use self::error::SqliteOpenError;
+pub(crate) use self::schema::check_existing;
 pub use self::schema::SQLITE_SCHEMA_VERSION;
 
-use self::statements::{ClaimValues, OwnerUpdate, TakeoverValues};
+use self::history::TransitionValues;
+use self::statements::{
+    ClaimValues, CompleteValues, MarkUnknownValues, RenewValues, TakeoverValues,
+};
 use super::in_flight::{self, Undo};
 use super::{
-    gc_cutoff, Claim, ClaimRequest, Completion, ListPage, ListQuery, MarkUnknownRequest,
-    OwnerToken, PurgeCounts, PurgeOutcome, Record, RenewRequest, Store, StoreError, StoreFuture,
-    StoreStats, TakeoverRequest,
+    gc_cutoff, Claim, ClaimRequest, CompleteRequest, Completion, History, ListPage, ListQuery,
+    MarkUnknownRequest, OwnerToken, PurgeCounts, PurgeOutcome, Record, RenewRequest, Store,
+    StoreError, StoreFuture, StoreStats, TakeoverRequest, TransitionRequest,
 };
 use crate::clock::Timestamp;
-use crate::envelope::Envelope;
 use crate::key::IdempotencyKey;
 
 /// How many claims of one store between two garbage collections.
@@ -172,58 +233,11 @@ const COLLECT_EVERY: u64 = 1024;
 /// How many garbage rows one garbage collection during a claim deletes at most.
 const COLLECT_BATCH: i64 = 256;
 
-const BACKEND: &str = "sqlite";
+/// How many prepared statements a connection keeps: every operation's (12) and the seven
+/// transitions', with room to spare, so that none is prepared again (rusqlite keeps 16).
+const STATEMENT_CACHE: usize = 32;
 
-/// For [`StoreLocator::open_existing`](super::StoreLocator::open_existing): that the file at
-/// `path` exists and holds idem's tables at this build's schema version (or a newer one,
-/// which opening refuses), checked through a read-only connection that changes nothing: a
-/// file without them is not made an idem store, and an older one is not upgraded.
-pub(crate) fn check_existing(path: &Path) -> Result<(), StoreError> {
-    let unusable = |what: String| {
-        StoreError::new(
-            BACKEND,
-            super::StoreErrorKind::Unsupported,
-            format!("{} {what}", path.display()),
-        )
-    };
-    if !path.exists() {
-        return Err(unusable(
-            "does not exist, and idem does not create it when inspecting".to_owned(),
-        ));
-    }
-    let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-        .map_err(|e| unusable(format!("cannot be opened: {e}")))?;
-    let tables: i64 = conn
-        .query_row(
-            "SELECT count(*) FROM sqlite_master WHERE type = 'table' \
-             AND name IN ('idem_meta', 'idem_records')",
-            [],
-            |row| row.get(0),
-        )
-        .map_err(|e| unusable(format!("cannot be read as an SQLite database: {e}")))?;
-    if tables != 2 {
-        return Err(unusable(
-            "holds no idem store (no idem_meta and idem_records tables); nothing was created"
-                .to_owned(),
-        ));
-    }
-    let version: Option<i64> = conn
-        .query_row(
-            "SELECT value FROM idem_meta WHERE name = 'schema_version'",
-            [],
-            |row| row.get(0),
-        )
-        .ok();
-    match version {
-        Some(version) if version < SQLITE_SCHEMA_VERSION => Err(unusable(format!(
-            "holds an idem store of schema version {version}, older than this build's \
-             {SQLITE_SCHEMA_VERSION}: it is not upgraded when inspecting; run an agent of \
-             this build once to upgrade it in place"
-        ))),
-        // The current version, or a newer one (which opening reports, S11).
-        _ => Ok(()),
-    }
-}
+const BACKEND: &str = "sqlite";
 
 /// A [`Store`] in one SQLite file (or an in-memory database), for one machine: records
 /// survive restarts, and every process that opens the same file shares them (S2 across
@@ -289,6 +303,7 @@ impl SqliteStore {
 
     fn set_up(mut conn: Connection, path: PathBuf, wal: bool) -> Result<Self, SqliteOpenError> {
         schema::set_up(&mut conn, &path, wal)?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 conn: Mutex::new(conn),
@@ -305,8 +320,8 @@ impl SqliteStore {
     }
 
     /// Deletes every record that is garbage at `now` (ms since the Unix epoch) and returns
-    /// how many: expired at or before `now` and, unless completed, with its lease lapsed at
-    /// or before `now` too. `now` is capped by this machine's wall clock, so a `now` ahead
+    /// how many: completed and expired at or before `now`; a record that is not completed
+    /// is never garbage (G1). `now` is capped by this machine's wall clock, so a `now` ahead
     /// of it deletes nothing the wall clock still sees live (G1). No drift margin is
     /// applied: pass a time no later than every caller's clock (for example
     /// `now − GC_DRIFT_MARGIN_MS`) when callers' clocks may lag this machine's. Live
@@ -382,10 +397,13 @@ impl Store for SqliteStore {
             .then(|| gc_cutoff(req.now))
             .flatten()
             .map(|cutoff| (cutoff, COLLECT_BATCH));
+        // Abandoned by its caller, the claim is given back: released, or returned to not
+        // applied when it reopened a key decided so (U4, U6).
         let undo = Undo {
             key: req.key.clone(),
             owner: req.owner,
-            acquired: |claim: &Claim| matches!(claim, Claim::Acquired { .. }),
+            now: req.now,
+            acquired: in_flight::claimed,
         };
         self.run(
             move |conn, path| statements::claim(conn, path, &values, collect),
@@ -404,7 +422,7 @@ impl Store for SqliteStore {
     }
 
     fn renew<'a>(&'a self, req: RenewRequest<'a>) -> StoreFuture<'a, bool> {
-        let values = OwnerUpdate::renew(&req);
+        let values = RenewValues::of(&req);
         self.run(
             move |conn, path| statements::renew(conn, path, &values),
             None,
@@ -413,23 +431,17 @@ impl Store for SqliteStore {
 
     /// No waiter is woken by a signal ([`Store::watch`] is `None`): waiters poll.
     fn mark_unknown<'a>(&'a self, req: MarkUnknownRequest<'a>) -> StoreFuture<'a, bool> {
-        let values = OwnerUpdate::mark_unknown(&req);
+        let values = MarkUnknownValues::of(&req);
         self.run(
             move |conn, path| statements::mark_unknown(conn, path, &values),
             None,
         )
     }
 
-    fn complete<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        owner: OwnerToken,
-        outcome: &'a Envelope,
-        now: Timestamp,
-    ) -> StoreFuture<'a, Completion> {
-        let (key, outcome) = (key.as_str().to_owned(), outcome.clone());
+    fn complete<'a>(&'a self, req: CompleteRequest<'a>) -> StoreFuture<'a, Completion> {
+        let values = CompleteValues::of(&req);
         self.run(
-            move |conn, path| statements::complete(conn, path, &key, owner, &outcome, now),
+            move |conn, path| statements::complete(conn, path, &values),
             None,
         )
     }
@@ -438,6 +450,31 @@ impl Store for SqliteStore {
         let key = key.as_str().to_owned();
         self.run(
             move |conn, path| statements::release(conn, path, &key, owner),
+            None,
+        )
+    }
+
+    /// One `UPDATE` (one round trip): a compare-and-set by the primary key on the fence
+    /// and the seen state, which moves the row and appends the entry to its history:
+    /// O(log rows).
+    fn transition<'a>(&'a self, req: TransitionRequest<'a>) -> StoreFuture<'a, bool> {
+        let values = TransitionValues::of(&req);
+        self.run(
+            move |conn, path| history::transition(conn, path, &values),
+            None,
+        )
+    }
+
+    /// One `SELECT` of the history columns by the primary key (one round trip): O(log
+    /// rows).
+    fn history<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        now: Timestamp,
+    ) -> StoreFuture<'a, Option<History>> {
+        let key = key.as_str().to_owned();
+        self.run(
+            move |conn, path| history::history(conn, path, &key, now),
             None,
         )
     }
@@ -455,8 +492,8 @@ impl Store for SqliteStore {
     }
 
     /// One `SELECT` (one round trip) of at most the page size + 1 rows, newest first
-    /// (`ORDER BY created_at DESC, key DESC`), every filter in its `WHERE` clause, no
-    /// `LIKE`. What serves it, by the filters given:
+    /// (`ORDER BY created_at DESC, key DESC`; `ASC, ASC` oldest first), every filter in its
+    /// `WHERE` clause, no `LIKE`. What serves it, by the filters given:
     ///
     /// - a tool: an index range scan on `(tool, created_at, key)`, which also gives the
     ///   listing order, then a filter on the other conditions: O(rows of the tool read
@@ -465,14 +502,17 @@ impl Store for SqliteStore {
     ///   and the texts that begin with it and `/`), then a filter on the other conditions
     ///   (the cursor included) and a sort of the matches: O(m log m) for the m rows in the
     ///   scope and below it, on every page;
-    /// - neither: a backward scan of the `(created_at, key)` index from the cursor (or
-    ///   from the newest row), filtering as it goes, stopping when the page is full:
+    /// - neither: a scan of the `(created_at, key)` index from the cursor (or from the
+    ///   newest row, backwards; from the oldest, forwards, oldest first), filtering as it
+    ///   goes, stopping when the page is full:
     ///   O(rows read until the page is full), at most O(rows held) for a filter that
     ///   matches little (a namespace, a state, a creation time range alone).
     ///
-    /// With a tool or without filters, the cursor `(created_at, key) < (…)` is a bound of
-    /// the index range, not a skip, so a later page costs no more than the first. Expired
-    /// rows are filtered out (`expires_at > now`), not served by an index.
+    /// With a tool or without filters, the cursor `(created_at, key) < (…)` (`>` oldest
+    /// first) is a bound of the index range, not a skip, so a later page costs no more than
+    /// the first. Expired completed rows are filtered out (`expires_at > now OR outcome IS
+    /// NULL`), and the effective state (I7) is compared with `now`, neither served by an
+    /// index.
     fn list<'a>(&'a self, query: &'a ListQuery, now: Timestamp) -> StoreFuture<'a, ListPage> {
         let query = query.clone();
         self.run(
@@ -482,10 +522,11 @@ impl Store for SqliteStore {
     }
 
     /// One `BEGIN IMMEDIATE` transaction (one round trip): `DELETE … WHERE key = ? AND
-    /// expires_at > now AND (force OR completed) RETURNING …` by the primary key, and, when
-    /// it deleted nothing, a read of the row by the primary key to tell a kept record from
-    /// an absent one: O(log rows). An expired row is not deleted here but left to garbage
-    /// collection, which judges by this machine's clock too (G1).
+    /// <live> AND (force OR completed) RETURNING …` by the primary key, and, when it
+    /// deleted nothing, a read of the row by the primary key to tell a kept record (not
+    /// completed: in progress, outcome unknown or not applied) from an absent one: O(log
+    /// rows). An expired completed row is not deleted here but left to garbage collection,
+    /// which judges by this machine's clock too (G1).
     fn purge<'a>(
         &'a self,
         key: &'a IdempotencyKey,
@@ -518,9 +559,10 @@ impl Store for SqliteStore {
         )
     }
 
-    /// One `SELECT … GROUP BY tool, state` (one round trip): a scan of the
-    /// `(tool, created_at, key)` index and the rows, skipping expired ones, then a sort by
-    /// state within each tool: O(rows held), expired rows not yet collected included.
+    /// One `SELECT … GROUP BY tool, state` (one round trip), the state being the effective
+    /// state at `now` (I7): a scan of the `(tool, created_at, key)` index and the rows,
+    /// skipping expired completed ones, then a sort by state within each tool: O(rows
+    /// held), expired rows not yet collected included.
     fn stats<'a>(&'a self, now: Timestamp) -> StoreFuture<'a, StoreStats> {
         self.run(move |conn, path| inspect::stats(conn, path, now), None)
     }

@@ -6,11 +6,12 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, ErrorCode, OptionalExtension, Transaction, TransactionBehavior};
 
-use super::SqliteOpenError;
+use super::{SqliteOpenError, BACKEND};
+use crate::store::{StoreError, StoreErrorKind};
 
 /// The schema version this build writes, and the newest it reads; files of older versions
 /// are migrated to it when opened (see the module documentation).
-pub const SQLITE_SCHEMA_VERSION: i64 = 3;
+pub const SQLITE_SCHEMA_VERSION: i64 = 4;
 
 /// How long a statement waits for another connection's write lock before failing.
 pub(super) const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -39,6 +40,70 @@ CREATE TABLE idem_records (
 CREATE INDEX idem_records_expires_at ON idem_records (expires_at);
 ";
 
+/// Version 4's records table (U6, U7, S8), built under a temporary name by the 3 → 4
+/// migration and then renamed: the columns of version 3 in their order, then `source`,
+/// `decided_at` and the three history columns, and a table `CHECK` that admits the
+/// not-applied state (no owner and no outcome), which version 1's forbids. SQLite cannot
+/// change a table's `CHECK` in place, so the table is rebuilt.
+const RECORDS_V4: &str = "
+CREATE TABLE idem_records_v4 (
+    key             TEXT PRIMARY KEY NOT NULL,
+    fingerprint     TEXT NOT NULL,
+    created_at      INTEGER NOT NULL,
+    expires_at      INTEGER NOT NULL,
+    owner           TEXT,
+    lease_until     INTEGER,
+    outcome         TEXT,
+    completed_at    INTEGER,
+    fence           INTEGER NOT NULL DEFAULT 1 CHECK (fence >= 1),
+    unknown_since   INTEGER,
+    tool            TEXT,
+    namespace       TEXT,
+    scope           TEXT,
+    key_args        TEXT,
+    source          TEXT,
+    decided_at      INTEGER,
+    history         TEXT,
+    history_len     INTEGER NOT NULL DEFAULT 0 CHECK (history_len >= 0),
+    history_dropped INTEGER NOT NULL DEFAULT 0 CHECK (history_dropped >= 0),
+    CHECK ((owner IS NOT NULL AND lease_until IS NOT NULL
+            AND outcome IS NULL AND completed_at IS NULL
+            AND source IS NULL AND decided_at IS NULL)
+        OR (owner IS NULL AND lease_until IS NULL AND unknown_since IS NULL
+            AND outcome IS NOT NULL AND completed_at IS NOT NULL
+            AND decided_at IS NULL)
+        OR (owner IS NULL AND lease_until IS NULL AND unknown_since IS NULL
+            AND outcome IS NULL AND completed_at IS NULL
+            AND source IS NULL AND decided_at IS NOT NULL))
+);
+";
+
+/// The columns of version 3, which the 3 → 4 migration copies row by row.
+const COLUMNS_V3: &str = "key, fingerprint, created_at, expires_at, owner, lease_until, outcome, \
+     completed_at, fence, unknown_since, tool, namespace, scope, key_args";
+
+/// Version 4's indexes, created on the rebuilt table. Garbage collection deletes only
+/// completed rows (G1), so the expiry index holds only those: rows that are not completed
+/// never expire (S8) and would otherwise pile up at the front of the index it scans.
+const INDEXES_V4: &str = "
+CREATE INDEX idem_records_expires_at ON idem_records (expires_at) WHERE outcome IS NOT NULL;
+CREATE INDEX idem_records_created_at ON idem_records (created_at, key);
+CREATE INDEX idem_records_tool ON idem_records (tool, created_at, key);
+CREATE INDEX idem_records_scope ON idem_records (scope);
+";
+
+/// The names of [`INDEXES_V4`]: every other index or trigger on the records table is
+/// someone else's, which the rebuild re-creates as it was.
+const OWN_INDEXES: [&str; 4] = [
+    "idem_records_expires_at",
+    "idem_records_created_at",
+    "idem_records_tool",
+    "idem_records_scope",
+];
+
+/// One migration step, inside the set-up transaction.
+type Migration = fn(&Transaction<'_>) -> rusqlite::Result<()>;
+
 /// `MIGRATIONS[i]` takes a file from version `i + 1` to version `i + 2`.
 ///
 /// 1 → 2 (fencing tokens F1, the outcome-unknown state U1): two columns, added without
@@ -51,14 +116,25 @@ CREATE INDEX idem_records_expires_at ON idem_records (expires_at);
 /// replaying; and the indexes that serve listing: `(created_at, key)` for the listing
 /// order and cursor, `(tool, created_at, key)` for a tool filter, `(scope)` for a scope
 /// prefix (`IF NOT EXISTS`: an index of that name the file already has is left as it is).
-const MIGRATIONS: [&str; (SQLITE_SCHEMA_VERSION - 1) as usize] = [
-    "
+///
+/// 3 → 4 (the not-applied state and the outcome's source U6, the history U7, S8, G1): the
+/// table is rebuilt ([`rebuild_v4`]), since its `CHECK` must change.
+const MIGRATIONS: [Migration; (SQLITE_SCHEMA_VERSION - 1) as usize] = [
+    |tx| tx.execute_batch(V1_TO_V2),
+    |tx| tx.execute_batch(V2_TO_V3),
+    rebuild_v4,
+];
+
+/// The 1 → 2 step (see [`MIGRATIONS`]).
+const V1_TO_V2: &str = "
 ALTER TABLE idem_records
     ADD COLUMN fence INTEGER NOT NULL DEFAULT 1 CHECK (fence >= 1);
 ALTER TABLE idem_records
     ADD COLUMN unknown_since INTEGER CHECK (unknown_since IS NULL OR outcome IS NULL);
-",
-    "
+";
+
+/// The 2 → 3 step (see [`MIGRATIONS`]).
+const V2_TO_V3: &str = "
 ALTER TABLE idem_records ADD COLUMN tool TEXT;
 ALTER TABLE idem_records ADD COLUMN namespace TEXT;
 ALTER TABLE idem_records ADD COLUMN scope TEXT;
@@ -66,8 +142,52 @@ ALTER TABLE idem_records ADD COLUMN key_args TEXT;
 CREATE INDEX IF NOT EXISTS idem_records_created_at ON idem_records (created_at, key);
 CREATE INDEX IF NOT EXISTS idem_records_tool ON idem_records (tool, created_at, key);
 CREATE INDEX IF NOT EXISTS idem_records_scope ON idem_records (scope);
-",
-];
+";
+
+/// The 3 → 4 step, SQLite's documented way of changing a table's constraints
+/// (<https://www.sqlite.org/lang_altertable.html#otheralter>), inside the caller's
+/// transaction: note the indexes and triggers on `idem_records` that are not idem's own;
+/// create [`RECORDS_V4`] as `idem_records_v4`; copy every row (`INSERT … SELECT` of the
+/// version-3 columns: each keeps its state, fence and label, and gets no source, which
+/// reads as executed, and an empty history); drop the old table (and with it its indexes
+/// and triggers); rename the new one (with `legacy_alter_table` on, so that a view of
+/// someone else's that names `idem_records` is neither rewritten nor checked, and names
+/// the new table afterwards); create [`INDEXES_V4`]; re-create the noted indexes and
+/// triggers. A row the new `CHECK` refuses (only a row that broke version 3's) fails the
+/// copy, and with it the whole set-up: the file is left as it was. Reads and writes every
+/// row once, holding the file's write lock.
+fn rebuild_v4(tx: &Transaction<'_>) -> rusqlite::Result<()> {
+    let foreign: Vec<String> = {
+        let mut statement = tx.prepare(
+            "SELECT name, sql FROM sqlite_master
+             WHERE tbl_name = 'idem_records' AND type IN ('index', 'trigger') AND sql IS NOT NULL",
+        )?;
+        let rows = statement.query_map([], |row| {
+            Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+        })?;
+        let mut foreign = Vec::new();
+        for row in rows {
+            let (name, sql) = row?;
+            if !OWN_INDEXES.contains(&name.as_str()) {
+                foreign.push(sql);
+            }
+        }
+        foreign
+    };
+    tx.execute_batch(RECORDS_V4)?;
+    tx.execute_batch(&format!(
+        "INSERT INTO idem_records_v4 ({COLUMNS_V3}) SELECT {COLUMNS_V3} FROM idem_records;
+         DROP TABLE idem_records;
+         PRAGMA legacy_alter_table = ON;
+         ALTER TABLE idem_records_v4 RENAME TO idem_records;
+         PRAGMA legacy_alter_table = OFF;"
+    ))?;
+    tx.execute_batch(INDEXES_V4)?;
+    for sql in foreign {
+        tx.execute_batch(&sql)?;
+    }
+    Ok(())
+}
 
 /// `PRAGMA journal_mode = WAL`, retried while the file is busy, for up to [`BUSY_TIMEOUT`].
 ///
@@ -157,7 +277,7 @@ pub(super) fn set_up(conn: &mut Connection, path: &Path, wal: bool) -> Result<()
 /// version, inside the caller's transaction.
 fn migrate(tx: &Transaction<'_>, from: i64) -> rusqlite::Result<()> {
     for migration in MIGRATIONS.iter().skip((from - 1) as usize) {
-        tx.execute_batch(migration)?;
+        migration(tx)?;
     }
     tx.execute(
         "INSERT INTO idem_meta (name, value) VALUES ('schema_version', ?1)
@@ -167,116 +287,56 @@ fn migrate(tx: &Transaction<'_>, from: i64) -> rusqlite::Result<()> {
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use std::path::Path;
-
-    use rusqlite::Connection;
-
-    use super::{set_up, META, MIGRATIONS, SCHEMA_V1, SQLITE_SCHEMA_VERSION};
-    use crate::store::sqlite::SqliteOpenError;
-
-    /// The idem tables and indexes of `conn`, as SQLite keeps their definitions.
-    fn idem_schema(conn: &Connection) -> Vec<(String, String)> {
-        let mut statement = conn
-            .prepare("SELECT name, sql FROM sqlite_master WHERE name LIKE 'idem%' ORDER BY name")
-            .unwrap();
-        let rows = statement
-            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
-            .unwrap();
-        rows.collect::<Result<_, _>>().unwrap()
+/// For [`StoreLocator::open_existing`](crate::store::StoreLocator::open_existing): that the file at
+/// `path` exists and holds idem's tables at this build's schema version (or a newer one,
+/// which opening refuses), checked through a read-only connection that changes nothing: a
+/// file without them is not made an idem store, and an older one is not upgraded.
+pub(crate) fn check_existing(path: &Path) -> Result<(), StoreError> {
+    let unusable = |what: String| {
+        StoreError::new(
+            BACKEND,
+            StoreErrorKind::Unsupported,
+            format!("{} {what}", path.display()),
+        )
+    };
+    if !path.exists() {
+        return Err(unusable(
+            "does not exist, and idem does not create it when inspecting".to_owned(),
+        ));
     }
-
-    fn version(conn: &Connection) -> i64 {
-        conn.query_row(
+    let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .map_err(|e| unusable(format!("cannot be opened: {e}")))?;
+    let tables: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' \
+             AND name IN ('idem_meta', 'idem_records')",
+            [],
+            |row| row.get(0),
+        )
+        .map_err(|e| unusable(format!("cannot be read as an SQLite database: {e}")))?;
+    if tables != 2 {
+        return Err(unusable(
+            "holds no idem store (no idem_meta and idem_records tables); nothing was created"
+                .to_owned(),
+        ));
+    }
+    let version: Option<i64> = conn
+        .query_row(
             "SELECT value FROM idem_meta WHERE name = 'schema_version'",
             [],
             |row| row.get(0),
         )
-        .unwrap()
-    }
-
-    /// A database as a build of version 1 left it.
-    fn version_1() -> Connection {
-        let conn = Connection::open_in_memory().unwrap();
-        conn.execute_batch(META).unwrap();
-        conn.execute_batch(SCHEMA_V1).unwrap();
-        conn.execute(
-            "INSERT INTO idem_meta (name, value) VALUES ('schema_version', 1)",
-            [],
-        )
-        .unwrap();
-        conn
-    }
-
-    /// A database as a build of version 2 left it.
-    fn version_2() -> Connection {
-        let conn = version_1();
-        conn.execute_batch(MIGRATIONS[0]).unwrap();
-        conn.execute(
-            "UPDATE idem_meta SET value = 2 WHERE name = 'schema_version'",
-            [],
-        )
-        .unwrap();
-        conn
-    }
-
-    // pins S11, P4: a new file and files migrated from versions 1 and 2 end with one and the
-    // same schema (the label columns and the listing indexes included), and setting up a
-    // current file again changes nothing
-    #[test]
-    fn new_and_migrated_files_have_one_schema() {
-        let path = Path::new(":memory:");
-        let mut new = Connection::open_in_memory().unwrap();
-        set_up(&mut new, path, false).unwrap();
-        assert_eq!(version(&new), SQLITE_SCHEMA_VERSION);
-        let schema = idem_schema(&new);
-        let table = &schema
-            .iter()
-            .find(|(name, _)| name == "idem_records")
-            .unwrap()
-            .1;
-        for column in ["unknown_since", "tool", "namespace", "scope", "key_args"] {
-            assert!(table.contains(column), "{column}: {table}");
-        }
-        for index in [
-            "idem_records_created_at",
-            "idem_records_tool",
-            "idem_records_scope",
-        ] {
-            assert!(schema.iter().any(|(name, _)| name == index), "{index}");
-        }
-        for (from, mut migrated) in [(1, version_1()), (2, version_2())] {
-            assert_eq!(version(&migrated), from);
-            set_up(&mut migrated, path, false).unwrap();
-            assert_eq!(version(&migrated), SQLITE_SCHEMA_VERSION);
-            assert_eq!(idem_schema(&migrated), schema, "from version {from}");
-        }
-        set_up(&mut new, path, false).unwrap();
-        assert_eq!(idem_schema(&new), schema);
-    }
-
-    // pins S10: versions no build wrote are refused and left as they are
-    #[test]
-    fn unknown_versions_are_refused() {
-        for found in [0, -1, SQLITE_SCHEMA_VERSION + 1] {
-            let mut conn = version_1();
-            conn.execute(
-                "UPDATE idem_meta SET value = ?1 WHERE name = 'schema_version'",
-                [found],
-            )
-            .unwrap();
-            let before = idem_schema(&conn);
-            match set_up(&mut conn, Path::new(":memory:"), false) {
-                Err(SqliteOpenError::UnsupportedSchema {
-                    found: f,
-                    supported: SQLITE_SCHEMA_VERSION,
-                    ..
-                }) => assert_eq!(f, found),
-                other => panic!("version {found}: {other:?}"),
-            }
-            assert_eq!(idem_schema(&conn), before);
-            assert_eq!(version(&conn), found);
-        }
+        .ok();
+    match version {
+        Some(version) if version < SQLITE_SCHEMA_VERSION => Err(unusable(format!(
+            "holds an idem store of schema version {version}, older than this build's \
+             {SQLITE_SCHEMA_VERSION}: it is not upgraded when inspecting; run an agent of \
+             this build once to upgrade it in place"
+        ))),
+        // The current version, or a newer one (which opening reports, S11).
+        _ => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -9,21 +9,36 @@ use std::path::Path;
 use rusqlite::{named_params, Connection, OptionalExtension, TransactionBehavior};
 
 use super::error::{corrupt, db_error};
+use super::history::{append_history, claimed_entry, live};
+use super::values::{fence_to_sql, owner_to_sql, to_sql};
 use crate::clock::Timestamp;
 use crate::envelope::Envelope;
 use crate::store::sql_row::{self, SqlLabel, SqlRow};
-use crate::store::{Claim, ClaimRequest, Completion, OwnerToken, Record, StoreError};
-use crate::store::{MarkUnknownRequest, RenewRequest, TakeoverRequest};
+use crate::store::{Claim, ClaimRequest, CompleteRequest, Completion, OwnerToken, Record};
+use crate::store::{MarkUnknownRequest, RecordState, RenewRequest, StoreError, TakeoverRequest};
 
-/// Insert if absent or expired (S2, S8). A new key gets fence 1; a claim over an expired
-/// row gets its fence + 1, saturating at `i64::MAX` (F1). Returns the new fence, or no
-/// row when a live record holds the key (nothing written).
-const CLAIM: &str = "
+/// The fence after the stored one, saturating at `i64::MAX` (F1).
+macro_rules! next_fence {
+    () => {
+        "(CASE WHEN idem_records.fence < 9223372036854775807
+               THEN idem_records.fence + 1 ELSE idem_records.fence END)"
+    };
+}
+
+/// Insert if absent, or replace an expired completed row (S2, S8): only a completed row
+/// expires, so a row in any other state is live and conflicts. A new key gets fence 1; a
+/// claim over an expired row gets its fence + 1, saturating at `i64::MAX` (F1). The
+/// history starts over with one `claimed` entry (U7). Returns the new fence, or no row
+/// when a live record holds the key (nothing written).
+const CLAIM: &str = concat!(
+    "
 INSERT INTO idem_records
     (key, fingerprint, created_at, expires_at, owner, lease_until, fence,
-     tool, namespace, scope, key_args)
+     tool, namespace, scope, key_args, history, history_len, history_dropped)
 VALUES (:key, :fingerprint, :now, :expires_at, :owner, :lease_until, 1,
-        :tool, :namespace, :scope, :key_args)
+        :tool, :namespace, :scope, :key_args, ",
+    claimed_entry!("1"),
+    ", 1, 0)
 ON CONFLICT (key) DO UPDATE SET
     fingerprint = excluded.fingerprint,
     created_at = excluded.created_at,
@@ -33,21 +48,56 @@ ON CONFLICT (key) DO UPDATE SET
     unknown_since = NULL,
     outcome = NULL,
     completed_at = NULL,
+    source = NULL,
+    decided_at = NULL,
     tool = excluded.tool,
     namespace = excluded.namespace,
     scope = excluded.scope,
     key_args = excluded.key_args,
-    fence = CASE WHEN idem_records.fence < 9223372036854775807
-                 THEN idem_records.fence + 1 ELSE idem_records.fence END
-WHERE idem_records.expires_at <= :now
+    fence = ",
+    next_fence!(),
+    ",
+    history = ",
+    claimed_entry!(next_fence!()),
+    ",
+    history_len = 1,
+    history_dropped = 0
+WHERE idem_records.outcome IS NOT NULL AND idem_records.expires_at <= :now
 RETURNING fence
-";
+"
+);
+
+/// Claim a row decided not applied with the claim's fingerprint (U6): in progress again
+/// with the next fence, the history kept and a `claimed` entry appended (U7). Returns the
+/// new fence.
+const REOPEN: &str = concat!(
+    "
+UPDATE idem_records SET
+    created_at = :now,
+    expires_at = :expires_at,
+    owner = :owner,
+    lease_until = :lease_until,
+    decided_at = NULL,
+    tool = :tool,
+    namespace = :namespace,
+    scope = :scope,
+    key_args = :key_args,
+    fence = ",
+    next_fence!(),
+    ",
+    ",
+    append_history!(claimed_entry!(next_fence!())),
+    "
+WHERE key = :key AND decided_at IS NOT NULL AND fingerprint = :fingerprint
+RETURNING fence
+"
+);
 
 /// The columns [`Row::read`] decodes, in a `SELECT`.
 macro_rules! record_columns {
     () => {
         "fingerprint, created_at, expires_at, fence, owner, lease_until, unknown_since,
-       outcome, completed_at, tool, namespace, scope, key_args"
+       outcome, completed_at, source, decided_at, tool, namespace, scope, key_args"
     };
 }
 pub(super) use record_columns;
@@ -55,68 +105,68 @@ pub(super) use record_columns;
 const READ_LIVE: &str = concat!(
     "SELECT ",
     record_columns!(),
-    " FROM idem_records WHERE key = :key AND expires_at > :now"
+    " FROM idem_records WHERE key = :key AND ",
+    live!()
 );
 
-/// Compare-and-set on the seen owner and lease of a live row in progress or outcome
-/// unknown (a completed row has no owner) (S6, U1).
-const TAKE_OVER: &str = "
+/// Compare-and-set on the seen owner and lease of a row in progress or outcome unknown
+/// (only those have an owner, and they are always live, S8) (S6, U1).
+const TAKE_OVER: &str = concat!(
+    "
 UPDATE idem_records
 SET owner = :owner, lease_until = :lease_until, unknown_since = NULL,
     created_at = :now, expires_at = :expires_at, fence = :fence,
-    tool = :tool, namespace = :namespace, scope = :scope, key_args = :key_args
+    tool = :tool, namespace = :namespace, scope = :scope, key_args = :key_args,
+    ",
+    append_history!(":entry"),
+    "
 WHERE key = :key AND owner = :seen_owner AND lease_until = :seen_lease_until
-  AND expires_at > :now
-";
+"
+);
 
-/// Compare-and-set on the owner of a live row in progress (L1).
+/// Compare-and-set on the owner of a row in progress (L1). No history entry.
 const RENEW: &str = "
 UPDATE idem_records SET lease_until = :lease_until, expires_at = MAX(expires_at, :lease_until)
-WHERE key = :key AND owner = :owner AND unknown_since IS NULL AND expires_at > :now
+WHERE key = :key AND owner = :owner AND unknown_since IS NULL
 ";
 
-/// Compare-and-set on the owner of a live row in progress; owner and lease stay (U1).
-const MARK_UNKNOWN: &str = "
-UPDATE idem_records SET unknown_since = :since
-WHERE key = :key AND owner = :owner AND unknown_since IS NULL AND expires_at > :now
-";
+/// Compare-and-set on the owner of a row in progress; owner and lease stay (U1).
+const MARK_UNKNOWN: &str = concat!(
+    "
+UPDATE idem_records SET unknown_since = :since, ",
+    append_history!(":entry"),
+    "
+WHERE key = :key AND owner = :owner AND unknown_since IS NULL
+"
+);
 
-/// Compare-and-set on the owner of a live row in progress (S6).
-const COMPLETE: &str = "
+/// Compare-and-set on the owner of a row in progress (S6); `created_at` and `expires_at`
+/// stay.
+const COMPLETE: &str = concat!(
+    "
 UPDATE idem_records
-SET owner = NULL, lease_until = NULL, outcome = :outcome, completed_at = :now
-WHERE key = :key AND owner = :owner AND unknown_since IS NULL AND expires_at > :now
-";
+SET owner = NULL, lease_until = NULL, outcome = :outcome, completed_at = :now,
+    source = :source, ",
+    append_history!(":entry"),
+    "
+WHERE key = :key AND owner = :owner AND unknown_since IS NULL
+"
+);
 
-/// Compare-and-delete on the owner of a row in progress (S4, S7).
+/// Compare-and-delete on the owner of a row in progress (S4, S7): the history goes with it.
 const RELEASE: &str = "
 DELETE FROM idem_records WHERE key = :key AND owner = :owner AND unknown_since IS NULL
 ";
 
-/// Garbage (G1, as [`is_garbage`](crate::store::is_garbage)): expired at or before the
-/// cutoff and, unless completed, its lease lapsed at or before it too. At most `:limit`
-/// rows (all when negative); the `expires_at` index finds them.
+/// Garbage (G1, as [`is_garbage`](crate::store::is_garbage)): completed and expired at or
+/// before the cutoff; a row in any other state never is. At most `:limit` rows (all when
+/// negative); the partial `expires_at` index, which holds only completed rows, finds them.
 const COLLECT: &str = "
 DELETE FROM idem_records WHERE key IN (
     SELECT key FROM idem_records
-    WHERE expires_at <= :cutoff AND (outcome IS NOT NULL OR lease_until <= :cutoff)
+    WHERE outcome IS NOT NULL AND expires_at <= :cutoff
     LIMIT :limit)
 ";
-
-/// A timestamp as an SQLite integer (ms), saturating at `i64::MAX`.
-pub(super) fn to_sql(t: Timestamp) -> i64 {
-    i64::try_from(t.as_millis()).unwrap_or(i64::MAX)
-}
-
-/// A fencing token as an SQLite integer, saturating at `i64::MAX` (never reached: one
-/// claim or takeover of one key per nanosecond would take 292 years).
-fn fence_to_sql(fence: u64) -> i64 {
-    i64::try_from(fence).unwrap_or(i64::MAX)
-}
-
-fn owner_to_sql(owner: OwnerToken) -> String {
-    owner.to_hex()
-}
 
 /// The parameters of a claim, owned so that they can move to the blocking pool.
 pub(super) struct ClaimValues {
@@ -143,9 +193,10 @@ impl ClaimValues {
     }
 }
 
-/// One `BEGIN IMMEDIATE` transaction: the insert-if-absent-or-expired, the live row when
-/// nothing was written, and, when `collect` gives a cutoff, the deletion of at most
-/// `batch` garbage rows ([`collect`]).
+/// One `BEGIN IMMEDIATE` transaction: [`CLAIM`] (insert if absent or expired); when it
+/// wrote nothing, the live row, and [`REOPEN`] when that row is decided not applied with
+/// the claim's fingerprint (U6); and, when `collect` gives a cutoff, the deletion of at
+/// most `batch` garbage rows ([`collect`]).
 pub(super) fn claim(
     conn: &mut Connection,
     path: &Path,
@@ -180,16 +231,55 @@ pub(super) fn claim(
     let claim = match fence {
         Some(fence) => Claim::Acquired {
             fence: decode_fence(path, &v.key, fence)?,
+            reopened: false,
         },
-        None => Claim::Existing(read_live(&tx, path, &v.key, v.now)?.ok_or_else(|| {
-            corrupt(path, &v.key, "claim conflicted with a row that is not live")
-        })?),
+        None => {
+            let held = read_live(&tx, path, &v.key, v.now)?.ok_or_else(|| {
+                corrupt(path, &v.key, "claim conflicted with a row that is not live")
+            })?;
+            let reopens = matches!(held.state, RecordState::NotApplied { .. })
+                && held.fingerprint.as_str() == v.fingerprint;
+            if reopens {
+                Claim::Acquired {
+                    fence: reopen(&tx, path, v)?,
+                    reopened: true,
+                }
+            } else {
+                Claim::Existing(held)
+            }
+        }
     };
     if let Some((cutoff, batch)) = collect {
         self::collect(&tx, path, cutoff, batch)?;
     }
     tx.commit().map_err(failed)?;
     Ok(claim)
+}
+
+/// [`REOPEN`], inside the claim's transaction, of a row just read as not applied with the
+/// claim's fingerprint: the new fence.
+fn reopen(conn: &Connection, path: &Path, v: &ClaimValues) -> Result<u64, StoreError> {
+    let fence: i64 = conn
+        .prepare_cached(REOPEN)
+        .and_then(|mut statement| {
+            statement.query_row(
+                named_params! {
+                    ":key": v.key,
+                    ":fingerprint": v.fingerprint,
+                    ":now": to_sql(v.now),
+                    ":expires_at": v.expires_at,
+                    ":owner": v.owner,
+                    ":lease_until": v.lease_until,
+                    ":tool": v.label.tool,
+                    ":namespace": v.label.namespace,
+                    ":scope": v.label.scope,
+                    ":key_args": v.label.key_args,
+                },
+                |row| row.get(0),
+            )
+        })
+        .map_err(|e| db_error(path, "claim", e))?;
+    decode_fence(path, &v.key, fence)
 }
 
 /// The parameters of a takeover, owned so that they can move to the blocking pool.
@@ -203,6 +293,7 @@ pub(super) struct TakeoverValues {
     expires_at: i64,
     fence: i64,
     label: SqlLabel,
+    entry: String,
 }
 
 impl TakeoverValues {
@@ -217,6 +308,7 @@ impl TakeoverValues {
             expires_at: to_sql(req.expires_at),
             fence: fence_to_sql(req.fence),
             label: SqlLabel::of(req.label),
+            entry: req.entry.to_json(),
         }
     }
 }
@@ -242,91 +334,120 @@ pub(super) fn take_over(
                 ":namespace": v.label.namespace,
                 ":scope": v.label.scope,
                 ":key_args": v.label.key_args,
+                ":entry": v.entry,
             })
         })
         .map(|updated| updated == 1)
         .map_err(|e| db_error(path, "take over", e))
 }
 
-/// The parameters of a renewal or a mark-unknown: key, owner, `now`, and the new lease
-/// deadline or the `since` (ms).
-pub(super) struct OwnerUpdate {
+/// The parameters of a renewal: key, owner and the new lease deadline (ms).
+pub(super) struct RenewValues {
     key: String,
     owner: String,
-    now: i64,
-    value: i64,
+    lease_until: i64,
 }
 
-impl OwnerUpdate {
-    pub(super) fn renew(req: &RenewRequest<'_>) -> Self {
-        OwnerUpdate {
+impl RenewValues {
+    pub(super) fn of(req: &RenewRequest<'_>) -> Self {
+        RenewValues {
             key: req.key.as_str().to_owned(),
             owner: owner_to_sql(req.owner),
-            now: to_sql(req.now),
-            value: to_sql(req.lease_until),
-        }
-    }
-
-    pub(super) fn mark_unknown(req: &MarkUnknownRequest<'_>) -> Self {
-        OwnerUpdate {
-            key: req.key.as_str().to_owned(),
-            owner: owner_to_sql(req.owner),
-            now: to_sql(req.now),
-            value: to_sql(req.since),
+            lease_until: to_sql(req.lease_until),
         }
     }
 }
 
 /// One statement: [`RENEW`]. `true` when the lease was extended.
-pub(super) fn renew(conn: &Connection, path: &Path, v: &OwnerUpdate) -> Result<bool, StoreError> {
+pub(super) fn renew(conn: &Connection, path: &Path, v: &RenewValues) -> Result<bool, StoreError> {
     conn.prepare_cached(RENEW)
         .and_then(|mut statement| {
             statement.execute(named_params! {
                 ":key": v.key,
                 ":owner": v.owner,
-                ":now": v.now,
-                ":lease_until": v.value,
+                ":lease_until": v.lease_until,
             })
         })
         .map(|updated| updated == 1)
         .map_err(|e| db_error(path, "renew", e))
 }
 
+/// The parameters of a mark-unknown: key, owner, `since` (ms) and the history entry.
+pub(super) struct MarkUnknownValues {
+    key: String,
+    owner: String,
+    since: i64,
+    entry: String,
+}
+
+impl MarkUnknownValues {
+    pub(super) fn of(req: &MarkUnknownRequest<'_>) -> Self {
+        MarkUnknownValues {
+            key: req.key.as_str().to_owned(),
+            owner: owner_to_sql(req.owner),
+            since: to_sql(req.since),
+            entry: req.entry.to_json(),
+        }
+    }
+}
+
 /// One statement: [`MARK_UNKNOWN`]. `true` when the row became outcome unknown.
 pub(super) fn mark_unknown(
     conn: &Connection,
     path: &Path,
-    v: &OwnerUpdate,
+    v: &MarkUnknownValues,
 ) -> Result<bool, StoreError> {
     conn.prepare_cached(MARK_UNKNOWN)
         .and_then(|mut statement| {
             statement.execute(named_params! {
                 ":key": v.key,
                 ":owner": v.owner,
-                ":now": v.now,
-                ":since": v.value,
+                ":since": v.since,
+                ":entry": v.entry,
             })
         })
         .map(|updated| updated == 1)
         .map_err(|e| db_error(path, "mark unknown", e))
 }
 
+/// The parameters of a completion, owned so that they can move to the blocking pool.
+pub(super) struct CompleteValues {
+    key: String,
+    owner: String,
+    outcome: Envelope,
+    source: &'static str,
+    now: i64,
+    entry: String,
+}
+
+impl CompleteValues {
+    pub(super) fn of(req: &CompleteRequest<'_>) -> Self {
+        CompleteValues {
+            key: req.key.as_str().to_owned(),
+            owner: owner_to_sql(req.owner),
+            outcome: req.outcome.clone(),
+            source: req.source.as_str(),
+            now: to_sql(req.now),
+            entry: req.entry.to_json(),
+        }
+    }
+}
+
 /// One statement: [`COMPLETE`].
 pub(super) fn complete(
     conn: &Connection,
     path: &Path,
-    key: &str,
-    owner: OwnerToken,
-    outcome: &Envelope,
-    now: Timestamp,
+    v: &CompleteValues,
 ) -> Result<Completion, StoreError> {
     conn.prepare_cached(COMPLETE)
         .and_then(|mut statement| {
             statement.execute(named_params! {
-                ":key": key,
-                ":owner": owner_to_sql(owner),
-                ":outcome": outcome.as_str(),
-                ":now": to_sql(now),
+                ":key": v.key,
+                ":owner": v.owner,
+                ":outcome": v.outcome.as_str(),
+                ":source": v.source,
+                ":now": v.now,
+                ":entry": v.entry,
             })
         })
         .map(|updated| {
@@ -406,6 +527,8 @@ impl Row {
             unknown_since: row.get("unknown_since")?,
             outcome: row.get("outcome")?,
             completed_at: row.get("completed_at")?,
+            source: row.get("source")?,
+            decided_at: row.get("decided_at")?,
             label: SqlLabel {
                 tool: row.get("tool")?,
                 namespace: row.get("namespace")?,
@@ -427,182 +550,4 @@ fn decode_fence(path: &Path, key: &str, fence: i64) -> Result<u64, StoreError> {
 }
 
 #[cfg(test)]
-pub(super) mod tests {
-    use std::path::Path;
-
-    use rusqlite::Connection;
-
-    use super::{claim, collect, complete, mark_unknown, read_live, take_over};
-    use super::{ClaimValues, OwnerUpdate, TakeoverValues};
-    use crate::clock::Timestamp;
-    use crate::envelope::Envelope;
-    use crate::key::{Fingerprint, IdempotencyKey};
-    use crate::store::{
-        is_garbage, Claim, ClaimRequest, Completion, MarkUnknownRequest, OwnerToken,
-        StoreErrorKind, TakeoverRequest,
-    };
-
-    /// The path errors name for the in-memory test database.
-    pub(in crate::store::sqlite) const PATH: &str = ":memory:";
-
-    /// An in-memory database with the current schema.
-    pub(in crate::store::sqlite) fn database() -> Connection {
-        let mut conn = Connection::open_in_memory().expect("in-memory database");
-        super::super::schema::set_up(&mut conn, Path::new(PATH), false).expect("schema");
-        conn
-    }
-
-    /// The key whose hex digits spell `n`.
-    pub(in crate::store::sqlite) fn key(n: u64) -> IdempotencyKey {
-        IdempotencyKey::from_hex(&format!("{n:064x}")).expect("64 hex digits")
-    }
-
-    /// The instant `ms` milliseconds after the epoch.
-    pub(in crate::store::sqlite) fn at(ms: u64) -> Timestamp {
-        Timestamp::from_millis(ms)
-    }
-
-    /// Claims `key` at `now` with the given lease and expiry.
-    fn claim_at(
-        conn: &mut Connection,
-        key: &IdempotencyKey,
-        owner: OwnerToken,
-        now: u64,
-        lease_until: u64,
-        expires_at: u64,
-    ) -> Claim {
-        let fingerprint = Fingerprint::from_hex(&"a".repeat(64)).expect("64 hex digits");
-        let values = ClaimValues::of(&ClaimRequest {
-            key,
-            fingerprint: &fingerprint,
-            owner,
-            now: at(now),
-            lease_until: at(lease_until),
-            expires_at: at(expires_at),
-            label: &crate::RecordLabel::default(),
-        });
-        claim(conn, Path::new(PATH), &values, None).expect("claim")
-    }
-
-    // pins G1: the collection statement deletes exactly the rows `is_garbage` calls garbage:
-    // every combination of expiry and lease around the cutoff, in progress, outcome unknown
-    // and completed
-    #[test]
-    fn collection_deletes_exactly_the_garbage() {
-        let mut conn = database();
-        let path = Path::new(PATH);
-        let cutoff = at(1_000);
-        let mut n = 0;
-        let mut keys = Vec::new();
-        for expires_at in [999, 1_000, 1_001] {
-            for lease_until in [999, 1_000, 1_001] {
-                for state in ["in progress", "unknown", "completed"] {
-                    n += 1;
-                    let (k, owner) = (key(n), OwnerToken::random());
-                    let claimed = claim_at(&mut conn, &k, owner, 0, lease_until, expires_at);
-                    assert_eq!(claimed, Claim::Acquired { fence: 1 });
-                    if state == "unknown" {
-                        let unknown = OwnerUpdate::mark_unknown(&MarkUnknownRequest {
-                            key: &k,
-                            owner,
-                            now: at(0),
-                            since: at(0),
-                        });
-                        assert!(mark_unknown(&conn, path, &unknown).unwrap());
-                    } else if state == "completed" {
-                        let outcome = Envelope::from_stored(r#"{"version":1,"ok":1}"#);
-                        let saved = complete(&conn, path, k.as_str(), owner, &outcome, at(0));
-                        assert_eq!(saved.unwrap(), Completion::Saved);
-                    }
-                    let record = read_live(&conn, path, k.as_str(), at(0)).unwrap().unwrap();
-                    keys.push((k, state, is_garbage(&record, cutoff)));
-                }
-            }
-        }
-        let garbage = keys.iter().filter(|(_, _, garbage)| *garbage).count();
-        // completed: 2 expiries at or before the cutoff × 3 leases; in progress and
-        // unknown: 2 expiries × 2 leases at or before it, each
-        assert_eq!(garbage, 2 * 3 + 2 * (2 * 2));
-        assert_eq!(collect(&conn, path, cutoff, -1).unwrap(), garbage);
-        for (k, state, garbage) in keys {
-            let kept = read_live(&conn, path, k.as_str(), at(0)).unwrap().is_some();
-            assert_eq!(kept, !garbage, "{state} {k}");
-        }
-    }
-
-    // pins G1: a collection during a claim deletes at most its batch
-    #[test]
-    fn collection_is_bounded_by_its_limit() {
-        let mut conn = database();
-        for n in 0..5 {
-            claim_at(&mut conn, &key(n), OwnerToken::random(), 0, 10, 10);
-        }
-        assert_eq!(collect(&conn, Path::new(PATH), at(10), 2).unwrap(), 2);
-        assert_eq!(collect(&conn, Path::new(PATH), at(10), -1).unwrap(), 3);
-    }
-
-    // pins F1: a fence at the largest SQLite integer saturates instead of overflowing into
-    // a float, on a claim over an expired row and on a takeover with a fence past it
-    #[test]
-    fn fences_saturate_at_the_largest_integer() {
-        let mut conn = database();
-        let path = Path::new(PATH);
-        let k = key(1);
-        let owner = OwnerToken::random();
-        claim_at(&mut conn, &k, owner, 0, 10, 10);
-        conn.execute(
-            "UPDATE idem_records SET fence = ?1 WHERE key = ?2",
-            rusqlite::params![i64::MAX, k.as_str()],
-        )
-        .unwrap();
-        let max = i64::MAX as u64;
-        let next = OwnerToken::random();
-        let claimed = claim_at(&mut conn, &k, next, 10, 20, 100);
-        assert_eq!(claimed, Claim::Acquired { fence: max });
-        let takeover = TakeoverValues::of(&TakeoverRequest {
-            key: &k,
-            seen_owner: next,
-            seen_lease_until: at(20),
-            owner: OwnerToken::random(),
-            now: at(20),
-            lease_until: at(30),
-            expires_at: at(100),
-            fence: u64::MAX,
-            label: &crate::RecordLabel::default(),
-        });
-        assert!(take_over(&conn, path, &takeover).unwrap());
-        let record = read_live(&conn, path, k.as_str(), at(20)).unwrap().unwrap();
-        assert_eq!(record.fence, max);
-    }
-
-    // pins S10, F1, U1: rows that match no state, or hold a fence below 1, are Corrupt
-    #[test]
-    fn rows_outside_every_state_are_corrupt() {
-        let mut conn = database();
-        let path = Path::new(PATH);
-        conn.execute_batch("PRAGMA ignore_check_constraints = ON")
-            .unwrap();
-        for (n, change) in [
-            "fence = 0",
-            "fence = -3",
-            // completed and unknown at once
-            "owner = NULL, lease_until = NULL, outcome = '{}', completed_at = 5, unknown_since = 1",
-            // unknown without a lease
-            "lease_until = NULL, unknown_since = 1",
-            "unknown_since = -1",
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            let k = key(n as u64);
-            claim_at(&mut conn, &k, OwnerToken::random(), 0, 10, 100);
-            conn.execute(
-                &format!("UPDATE idem_records SET {change} WHERE key = ?1"),
-                [k.as_str()],
-            )
-            .unwrap();
-            let error = read_live(&conn, path, k.as_str(), at(0)).unwrap_err();
-            assert_eq!(error.kind, StoreErrorKind::Corrupt, "{change}: {error}");
-        }
-    }
-}
+pub(super) mod tests;
