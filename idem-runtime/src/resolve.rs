@@ -33,7 +33,7 @@ use crate::key::IdempotencyKey;
 use crate::outcome::OutcomeSource;
 use crate::store::{
     DecisionKind, HistoryEntry, HistoryEvent, KeyedRecord, ListQuery, Record, RecordState, Seen,
-    StateFilter, StoreError, Target, TransitionRequest, UnknownReason,
+    StateFilter, StoreError, Target, TransitionRequest,
 };
 
 /// The longest actor name, in characters.
@@ -447,29 +447,15 @@ impl Engine {
             RecordState::InProgress { owner, lease_until } => {
                 // U1: a lapsed claim is an unknown outcome; record it so before deciding.
                 let (owner, lease_until) = (*owner, *lease_until);
-                let entry = HistoryEntry::new(
-                    now,
-                    HistoryEvent::Unknown {
-                        cause: UnknownReason::LeaseLapsed,
-                    },
-                    record.fence,
-                );
                 let marked = self
                     .store()
-                    .transition(TransitionRequest {
+                    .transition(TransitionRequest::lapsed(
                         key,
-                        fence: record.fence,
-                        seen: Seen::InProgress {
-                            owner,
-                            lease_until: Some(lease_until),
-                        },
-                        target: Target::OutcomeUnknown {
-                            since: record.created_at,
-                        },
+                        &record,
+                        owner,
+                        lease_until,
                         now,
-                        expires_at: record.expires_at,
-                        entry,
-                    })
+                    ))
                     .await?;
                 if !marked {
                     return Err(self.changed(key, now).await);

@@ -29,8 +29,8 @@ use crate::error::Error;
 use crate::outcome::OutcomeSource;
 use crate::spec::OnUnknown;
 use crate::store::{
-    Claim, ClaimRequest, HistoryEntry, HistoryEvent, OwnerToken, Record, RecordState, Seen,
-    StoreError, StoreErrorKind, TakeoverRequest, Target, TransitionRequest, UnknownReason,
+    Claim, ClaimRequest, HistoryEntry, HistoryEvent, OwnerToken, Record, RecordState, StoreError,
+    StoreErrorKind, TakeoverRequest, TransitionRequest, UnknownReason,
 };
 use crate::telemetry::StoreOperation;
 
@@ -335,27 +335,7 @@ impl PreparedCall {
         now: Timestamp,
     ) -> Result<bool, Error> {
         let store = self.engine.store();
-        let entry = HistoryEntry::new(
-            now,
-            HistoryEvent::Unknown {
-                cause: UnknownReason::LeaseLapsed,
-            },
-            record.fence,
-        );
-        let request = TransitionRequest {
-            key: &self.key,
-            fence: record.fence,
-            seen: Seen::InProgress {
-                owner,
-                lease_until: Some(lease_until),
-            },
-            target: Target::OutcomeUnknown {
-                since: record.created_at,
-            },
-            now,
-            expires_at: record.expires_at,
-            entry,
-        };
+        let request = TransitionRequest::lapsed(&self.key, record, owner, lease_until, now);
         let marking = store.transition(request);
         match self
             .trace

@@ -9,7 +9,7 @@ use crate::label::RecordLabel;
 
 #[cfg(doc)]
 use super::Store;
-use super::{HistoryEntry, OutcomeSource, OwnerToken, Record};
+use super::{HistoryEntry, HistoryEvent, OutcomeSource, OwnerToken, Record, UnknownReason};
 
 /// Arguments of [`Store::claim`].
 #[derive(Debug, Clone)]
@@ -201,4 +201,39 @@ pub enum Completion {
     /// The record no longer belongs to this owner (its lease lapsed and another caller
     /// took over, or it expired): nothing was written (fencing, S6).
     Fenced,
+}
+
+impl<'a> TransitionRequest<'a> {
+    /// The compare-and-set that marks a crashed owner's claim unknown (U1, U2): `record` of
+    /// `key`, in progress with `owner` and `lease_until` as seen, whose lease lapsed at or
+    /// before `now`, becomes outcome unknown since its claim, with the history entry
+    /// `unknown` (cause `lease_lapsed`). Used by a call that finds it and by a decision.
+    pub fn lapsed(
+        key: &'a IdempotencyKey,
+        record: &Record,
+        owner: OwnerToken,
+        lease_until: Timestamp,
+        now: Timestamp,
+    ) -> Self {
+        TransitionRequest {
+            key,
+            fence: record.fence,
+            seen: Seen::InProgress {
+                owner,
+                lease_until: Some(lease_until),
+            },
+            target: Target::OutcomeUnknown {
+                since: record.created_at,
+            },
+            now,
+            expires_at: record.expires_at,
+            entry: HistoryEntry::new(
+                now,
+                HistoryEvent::Unknown {
+                    cause: UnknownReason::LeaseLapsed,
+                },
+                record.fence,
+            ),
+        }
+    }
 }
