@@ -98,6 +98,45 @@ pub enum Error {
         held: bool,
     },
 
+    /// The tool requires a person's approval (A1) and this call's key has none in force:
+    /// its request is recorded (the first call of the key records it, A2; a call that
+    /// found the approval expired records it again, A4) and the body does not run. Not
+    /// retried by the dispatcher (D3): the model is told the action waits for approval.
+    /// Call again with the same arguments once `idem approve` (or
+    /// [`Engine::approve`](crate::Engine::approve)) decided; a denial then answers
+    /// [`Denied`](Self::Denied). Stripe/IETF have no such answer: it is a 202 Accepted
+    /// whose work waits for a person.
+    #[error("{}", awaiting_approval_message(tool, key, *since, *expired))]
+    AwaitingApproval {
+        /// The tool's name.
+        tool: String,
+        /// The idempotency key (lowercase hex).
+        key: String,
+        /// Since when the request waits (ms since the epoch; the clock of the call that
+        /// recorded it).
+        since: crate::clock::Timestamp,
+        /// Whether an approval was given and expired before a call used it (A4).
+        #[serde(default)]
+        expired: bool,
+    },
+
+    /// A person denied this call (A3, A5): the denial is the key's saved outcome and
+    /// every call with the key gets it until it expires. The body does not run. Not
+    /// retried by the dispatcher: the model is told a person denied the action.
+    #[error("{}", denied_message(tool, key, actor, note.as_deref(), *at))]
+    Denied {
+        /// The tool's name.
+        tool: String,
+        /// The idempotency key (lowercase hex).
+        key: String,
+        /// Who denied it.
+        actor: String,
+        /// Why, in their words.
+        note: Option<String>,
+        /// When (ms since the epoch, the decider's clock).
+        at: crate::clock::Timestamp,
+    },
+
     /// The key or fingerprint arguments cannot be written as canonical JSON (K2, K3):
     /// a NaN or infinite float, an unsupported map key, a failing `Serialize` impl.
     /// Raised before the store is consulted. Stripe/IETF: 400.
@@ -176,10 +215,36 @@ fn outcome_unknown_message(
     format!("the outcome of idempotency key {key} of tool `{tool}` is unknown since {}: a run that claimed it ended without an outcome (cancelled, crashed, or timed out downstream), so the effect may or may not have happened; {next}", since.to_rfc3339())
 }
 
+fn awaiting_approval_message(
+    tool: &str,
+    key: &str,
+    since: crate::clock::Timestamp,
+    expired: bool,
+) -> String {
+    let why = if expired {
+        "its approval expired before a call used it, so it waits for a new one"
+    } else {
+        "the tool did not run"
+    };
+    format!("the call of tool `{tool}` with idempotency key {key} waits for a person's approval since {}: {why}; an operator approves it with `idem approve {key}` or denies it with `idem deny {key} --note …`; then call it again with the same arguments (not in another form)", since.to_rfc3339())
+}
+
+fn denied_message(
+    tool: &str,
+    key: &str,
+    actor: &str,
+    note: Option<&str>,
+    at: crate::clock::Timestamp,
+) -> String {
+    let note = note.map(|n| format!(": {n}")).unwrap_or_default();
+    format!("the call of tool `{tool}` with idempotency key {key} was denied by {actor} at {}{note}; the tool did not run; do not retry this action, in this or another form", at.to_rfc3339())
+}
+
 impl Error {
     /// The idempotency key of the call, for every error raised after the key was derived
     /// (S13): [`Mismatch`](Self::Mismatch), [`InProgress`](Self::InProgress),
-    /// [`OutcomeUnknown`](Self::OutcomeUnknown), [`Decode`](Self::Decode), and
+    /// [`OutcomeUnknown`](Self::OutcomeUnknown), [`AwaitingApproval`](Self::AwaitingApproval),
+    /// [`Denied`](Self::Denied), [`Decode`](Self::Decode), and
     /// [`Store`](Self::Store) once the call had its key. `None` for errors raised before
     /// (`MissingScope`, `Canonical`, `Config`, a store that could not be had).
     pub fn key(&self) -> Option<IdempotencyKey> {
@@ -187,6 +252,8 @@ impl Error {
             Error::Mismatch { key, .. }
             | Error::InProgress { key, .. }
             | Error::OutcomeUnknown { key, .. }
+            | Error::AwaitingApproval { key, .. }
+            | Error::Denied { key, .. }
             | Error::Decode { key, .. } => IdempotencyKey::from_hex(key),
             Error::Store { key, .. } => key.as_deref().and_then(IdempotencyKey::from_hex),
             Error::MissingScope { .. } | Error::Canonical { .. } | Error::Config { .. } => None,

@@ -24,6 +24,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod approval;
 pub mod args;
 pub mod attempt;
 pub mod call;

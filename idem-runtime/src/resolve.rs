@@ -153,25 +153,9 @@ impl Resolution {
     /// # Errors
     /// [`ResolveError::BadActor`] naming what is wrong with `actor`.
     pub fn new(decision: Decision, actor: impl Into<String>) -> Result<Self, ResolveError> {
-        let actor = actor.into();
-        let count = actor.chars().count();
-        let why = if actor.trim().is_empty() {
-            Some("it is empty".to_owned())
-        } else if count > ACTOR_MAX_CHARS {
-            Some(format!(
-                "it has {count} characters; at most {ACTOR_MAX_CHARS}"
-            ))
-        } else if actor.chars().any(char::is_control) {
-            Some("it holds a control character".to_owned())
-        } else {
-            None
-        };
-        if let Some(why) = why {
-            return Err(ResolveError::BadActor { actor, why });
-        }
         Ok(Resolution {
             decision,
-            actor,
+            actor: checked_actor(actor.into())?,
             note: None,
             expect_fence: None,
             keep_for: DEFAULT_KEEP_FOR,
@@ -208,12 +192,38 @@ impl Resolution {
     }
 
     fn check_note(&self) -> Result<(), ResolveError> {
-        match &self.note {
-            Some(note) if note.chars().count() > NOTE_MAX_CHARS => Err(ResolveError::BadNote {
-                chars: note.chars().count(),
-            }),
-            _ => Ok(()),
-        }
+        check_note(self.note.as_deref())
+    }
+}
+
+/// `actor` if idem records it (U6): 1–[`ACTOR_MAX_CHARS`] characters, no control
+/// characters; else [`ResolveError::BadActor`] naming what is wrong.
+pub(crate) fn checked_actor(actor: String) -> Result<String, ResolveError> {
+    let count = actor.chars().count();
+    let why = if actor.trim().is_empty() {
+        Some("it is empty".to_owned())
+    } else if count > ACTOR_MAX_CHARS {
+        Some(format!(
+            "it has {count} characters; at most {ACTOR_MAX_CHARS}"
+        ))
+    } else if actor.chars().any(char::is_control) {
+        Some("it holds a control character".to_owned())
+    } else {
+        None
+    };
+    match why {
+        Some(why) => Err(ResolveError::BadActor { actor, why }),
+        None => Ok(actor),
+    }
+}
+
+/// [`ResolveError::BadNote`] for a note longer than [`NOTE_MAX_CHARS`] characters.
+pub(crate) fn check_note(note: Option<&str>) -> Result<(), ResolveError> {
+    match note {
+        Some(note) if note.chars().count() > NOTE_MAX_CHARS => Err(ResolveError::BadNote {
+            chars: note.chars().count(),
+        }),
+        _ => Ok(()),
     }
 }
 
@@ -438,6 +448,18 @@ impl Engine {
                     decided_at.to_rfc3339()
                 )));
             }
+            RecordState::AwaitingApproval { since } => {
+                return Err(refuse(format!(
+                    "it awaits a person's approval (since {}): approve or deny it (idem approve / idem deny)",
+                    since.to_rfc3339()
+                )));
+            }
+            RecordState::Approved { until, .. } => {
+                return Err(refuse(format!(
+                    "it is approved (until {}) and its next call runs the tool",
+                    until.to_rfc3339()
+                )));
+            }
             RecordState::InProgress { lease_until, .. } if *lease_until > now => {
                 return Err(refuse(format!(
                     "a call holds it and renews its lease (until {}): it may still finish; wait for it, or purge it with --force once its owner is known to be gone",
@@ -543,7 +565,7 @@ impl Engine {
     }
 
     /// The error of a compare-and-set that lost: what the record is now.
-    async fn changed(&self, key: &IdempotencyKey, now: Timestamp) -> ResolveError {
+    pub(crate) async fn changed(&self, key: &IdempotencyKey, now: Timestamp) -> ResolveError {
         match self.store().read(key, now).await {
             Ok(Some(record)) => ResolveError::Changed {
                 key: key.to_string(),

@@ -45,6 +45,9 @@ pub struct ToolSpec {
     /// (`#[idempotent(audit)]`, P2). Default `false`: records hold the tool, scope and
     /// times, never arguments. Fingerprint-only arguments are never stored either way.
     pub audit: bool,
+    /// `Some(valid_for)`: every key's first call waits for a person's approval, which then
+    /// lets one call run for `valid_for` (A1–A4); `None` (the default): no approval.
+    pub approval: Option<Duration>,
 }
 
 impl ToolSpec {
@@ -54,6 +57,8 @@ impl ToolSpec {
     pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
     /// Default wait for a concurrent duplicate: 5 seconds.
     pub const DEFAULT_WAIT: Duration = Duration::from_secs(5);
+    /// How long an approval lets a call run, unless the tool says otherwise (A1): 1 hour.
+    pub const DEFAULT_APPROVAL_VALID_FOR: Duration = Duration::from_secs(60 * 60);
 
     /// A spec with the defaults: conversation scope, 24 h TTL, 60 s lease, 5 s wait, a
     /// heartbeat of a third of the lease, cancellation leaves the outcome unknown, unknown
@@ -71,6 +76,7 @@ impl ToolSpec {
             reconcile: false,
             store: None,
             audit: false,
+            approval: None,
         }
     }
 

@@ -129,7 +129,7 @@ pub(crate) fn awaiting_decision(stats: &crate::store::StoreStats) {
     #[cfg(feature = "metrics")]
     for (tool, counts) in &stats.by_tool {
         metrics::gauge!(AWAITING_DECISION, "tool" => tool.clone())
-            .set(counts.outcome_unknown as f64);
+            .set((counts.outcome_unknown + counts.awaiting_approval) as f64);
     }
     #[cfg(not(feature = "metrics"))]
     let _ = stats;
@@ -153,6 +153,8 @@ pub(crate) enum StoreOperation {
     MarkUnknown,
     Complete,
     Release,
+    /// A compare-and-set between states (approvals, A2, A4).
+    Transition,
     /// Reading a record; the call protocol itself never reads (the inspection API does).
     #[allow(dead_code)]
     Read,
@@ -167,6 +169,7 @@ impl StoreOperation {
             StoreOperation::MarkUnknown => "mark_unknown",
             StoreOperation::Complete => "complete",
             StoreOperation::Release => "release",
+            StoreOperation::Transition => "transition",
             StoreOperation::Read => "read",
         }
     }
@@ -181,6 +184,8 @@ enum Status {
     Mismatch,
     InProgress,
     OutcomeUnknown,
+    AwaitingApproval,
+    Denied,
     MissingScope,
     Released,
     StoreError,
@@ -198,6 +203,8 @@ impl Status {
             Status::Mismatch => "mismatch",
             Status::InProgress => "in_progress",
             Status::OutcomeUnknown => "outcome_unknown",
+            Status::AwaitingApproval => "awaiting_approval",
+            Status::Denied => "denied",
             Status::MissingScope => "missing_scope",
             Status::Released => "released",
             Status::StoreError => "store_error",
@@ -439,6 +446,14 @@ impl CallTrace {
             Error::Mismatch { .. } => {
                 self.end(Status::Mismatch);
                 call_event!(self, Level::DEBUG, "mismatch");
+            }
+            Error::AwaitingApproval { expired, .. } => {
+                self.end(Status::AwaitingApproval);
+                call_event!(self, Level::INFO, "awaiting_approval", expired);
+            }
+            Error::Denied { actor, .. } => {
+                self.end(Status::Denied);
+                call_event!(self, Level::DEBUG, "denied", actor = actor.as_str());
             }
             Error::InProgress {
                 waited_ms,

@@ -29,8 +29,8 @@ use crate::error::Error;
 use crate::outcome::OutcomeSource;
 use crate::spec::OnUnknown;
 use crate::store::{
-    Claim, ClaimRequest, HistoryEntry, HistoryEvent, OwnerToken, Record, RecordState, StoreError,
-    StoreErrorKind, TakeoverRequest, TransitionRequest, UnknownReason,
+    Claim, ClaimRequest, Denial, HistoryEntry, HistoryEvent, OwnerToken, Record, RecordState, Seen,
+    StoreError, StoreErrorKind, TakeoverRequest, Target, TransitionRequest, UnknownReason,
 };
 use crate::telemetry::StoreOperation;
 
@@ -54,9 +54,26 @@ pub(super) struct Ownership {
     pub(super) lifetime: Lifetime,
     /// The run this claim took over, whose outcome is unknown (U2).
     pub(super) previous: Option<PreviousRun>,
-    /// Whether the claim took a key decided not applied (U6): giving it back returns it
-    /// to not applied instead of deleting it.
-    pub(super) reopened: bool,
+    /// What the claim reopened (U6, A4): giving it back returns the record to that state
+    /// instead of deleting it.
+    pub(super) reopened: Reopened,
+}
+
+/// What a claim reopened, so that a run giving it back without an outcome returns the
+/// record to that state (U6, A4) instead of deleting it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Reopened {
+    /// A first claim (or one over an expired record): giving it back deletes the record.
+    No,
+    /// A key decided not applied (U6).
+    NotApplied,
+    /// An approved key (A4): giving it back keeps the approval.
+    Approved {
+        /// When the approval was recorded.
+        decided_at: Timestamp,
+        /// When it expires.
+        until: Timestamp,
+    },
 }
 
 impl Ownership {
@@ -79,7 +96,7 @@ impl Ownership {
                 source: OutcomeSource::Executed,
             },
             previous,
-            reopened: false,
+            reopened: Reopened::No,
         }
     }
 }
@@ -127,8 +144,25 @@ impl PreparedCall {
                 .map_err(|e| self.store_error(e))?
             {
                 Claim::Acquired { fence, reopened } => {
+                    if !reopened && self.spec.approval.is_some() {
+                        // A2: the first call of a key records the request, nothing runs.
+                        if self.request_approval(owner, fence, now, expires_at).await? {
+                            return Err(self.awaiting_approval(now, false));
+                        }
+                        failed_takeovers += 1;
+                        if failed_takeovers < 3 {
+                            continue;
+                        }
+                        return Err(self.store_error(StoreError::new(
+                            store.backend(),
+                            StoreErrorKind::Corrupt,
+                            "the store granted a claim and then refused its owner's request for approval",
+                        )));
+                    }
                     let mut claimed = Ownership::new(owner, fence, now, expires_at, None);
-                    claimed.reopened = reopened;
+                    if reopened {
+                        claimed.reopened = Reopened::NotApplied;
+                    }
                     return Ok(Acquired::Owner(claimed));
                 }
                 Claim::Existing(record) => record,
@@ -151,6 +185,9 @@ impl PreparedCall {
                     else {
                         continue; // `decide` replays completed records only
                     };
+                    if source == OutcomeSource::Denied {
+                        return Err(self.denied(&outcome));
+                    }
                     let lifetime = Lifetime {
                         created_at: record.created_at,
                         expires_at: record.expires_at,
@@ -175,6 +212,47 @@ impl PreparedCall {
                         }
                     }
                     return Err(self.held(&record));
+                }
+                Decision::AwaitingApproval { since } => {
+                    return Err(self.awaiting_approval(since, false));
+                }
+                Decision::RunApproved { decided_at, until } => {
+                    let fence = record.fence.saturating_add(1);
+                    let run = TransitionRequest {
+                        key: &self.key,
+                        fence: record.fence,
+                        seen: Seen::Approved,
+                        target: Target::InProgress {
+                            owner,
+                            lease_until,
+                            fence,
+                        },
+                        now,
+                        expires_at,
+                        entry: HistoryEntry::claimed(now, fence, owner),
+                    };
+                    if self.approval_transition(run).await? {
+                        let mut claimed = Ownership::new(owner, fence, now, expires_at, None);
+                        claimed.reopened = Reopened::Approved { decided_at, until };
+                        return Ok(Acquired::Owner(claimed));
+                    }
+                    // Another call took the approval first: look again (it is in progress).
+                    continue;
+                }
+                Decision::ApprovalExpired => {
+                    let back = TransitionRequest {
+                        key: &self.key,
+                        fence: record.fence,
+                        seen: Seen::Approved,
+                        target: Target::AwaitingApproval,
+                        now,
+                        expires_at: record.expires_at,
+                        entry: HistoryEntry::new(now, HistoryEvent::ApprovalExpired, record.fence),
+                    };
+                    if self.approval_transition(back).await? {
+                        return Err(self.awaiting_approval(now, true));
+                    }
+                    continue;
                 }
                 Decision::LookAgain => {
                     // A store that answers a claim of a key decided not applied (with this
@@ -317,6 +395,19 @@ impl PreparedCall {
                     held: false,
                 })
             }
+            RecordState::AwaitingApproval { since } => Ok(Decision::AwaitingApproval { since }),
+            RecordState::Approved { decided_at, until } => {
+                // A3: the approver's validity, capped by the tool's own from the decision.
+                let tools = self
+                    .spec
+                    .approval
+                    .map_or(until, |valid_for| decided_at.saturating_add(valid_for));
+                if now < until.min(tools) {
+                    Ok(Decision::RunApproved { decided_at, until })
+                } else {
+                    Ok(Decision::ApprovalExpired)
+                }
+            }
             // A key decided not applied with this fingerprint is claimed by the store
             // (U6); seen here, it changed between the claim and its answer.
             _ => Ok(Decision::LookAgain),
@@ -349,6 +440,76 @@ impl PreparedCall {
     }
 
     /// U2: the answer to every call of a key held for a person's decision.
+    /// Records the approval request on the caller's own fresh claim (A2): one
+    /// compare-and-set. `false`: the claim changed under the caller.
+    async fn request_approval(
+        &self,
+        owner: OwnerToken,
+        fence: u64,
+        now: Timestamp,
+        expires_at: Timestamp,
+    ) -> Result<bool, Error> {
+        let request = TransitionRequest {
+            key: &self.key,
+            fence,
+            seen: Seen::InProgress {
+                owner,
+                lease_until: None,
+            },
+            target: Target::AwaitingApproval,
+            now,
+            expires_at,
+            entry: HistoryEntry::new(now, HistoryEvent::ApprovalRequested, fence),
+        };
+        let recorded = self.approval_transition(request).await;
+        if recorded.is_err() {
+            // The store cannot record the request: give the claim back, nothing ran.
+            let store = self.engine.store();
+            drop(store.release(&self.key, owner).await);
+        }
+        recorded
+    }
+
+    /// One compare-and-set of the approval states (A2, A4).
+    async fn approval_transition(&self, request: TransitionRequest<'_>) -> Result<bool, Error> {
+        let store = self.engine.store();
+        self.trace
+            .timed(
+                StoreOperation::Transition,
+                store.backend(),
+                store.transition(request),
+            )
+            .await
+            .map_err(|e| self.store_error(e))
+    }
+
+    fn awaiting_approval(&self, since: Timestamp, expired: bool) -> Error {
+        Error::AwaitingApproval {
+            tool: self.spec.name.to_owned(),
+            key: self.key.to_string(),
+            since,
+            expired,
+        }
+    }
+
+    /// The saved denial (A5) as the error every call of the key gets.
+    fn denied(&self, outcome: &Envelope) -> Error {
+        match Denial::from_envelope(outcome) {
+            Ok(denial) => Error::Denied {
+                tool: self.spec.name.to_owned(),
+                key: self.key.to_string(),
+                actor: denial.actor,
+                note: denial.note,
+                at: denial.at,
+            },
+            Err(reason) => Error::Decode {
+                tool: self.spec.name.to_owned(),
+                key: self.key.to_string(),
+                reason: format!("a saved denial: {reason}"),
+            },
+        }
+    }
+
     fn held(&self, record: &Record) -> Error {
         let since = match record.state {
             RecordState::OutcomeUnknown { since, .. } => since,
@@ -394,6 +555,14 @@ enum Decision {
     },
     /// The record is in a state this call does not act on: claim again.
     LookAgain,
+    AwaitingApproval {
+        since: Timestamp,
+    },
+    RunApproved {
+        decided_at: Timestamp,
+        until: Timestamp,
+    },
+    ApprovalExpired,
 }
 
 /// A takeover that is due.

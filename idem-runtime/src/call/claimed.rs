@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use tracing::Instrument;
 
-use super::acquire::{Lifetime, Ownership};
+use super::acquire::{Lifetime, Ownership, Reopened};
 use super::PreparedCall;
 use crate::attempt::AttemptInfo;
 use crate::clock::{Clock, Timestamp};
@@ -41,7 +41,7 @@ pub struct ClaimedCall {
     attempt: AttemptInfo,
     needs_reconcile: bool,
     /// Whether the claim took a key decided not applied (U6).
-    reopened: bool,
+    reopened: Reopened,
     /// Renews the lease alongside async work (L1).
     heartbeat: Option<Heartbeat>,
     /// The heartbeat of the sync path, served by the renewal thread; unregistered on drop.
@@ -534,9 +534,17 @@ impl Held<'_> {
     }
 
     /// Gives the claim back: deletes a first claim's record (S4, S7), or returns a key
-    /// decided not applied (`reopened`) to that state, keeping its fence and history (U6).
-    async fn give_back(&self, reopened: bool) {
-        if !reopened {
+    /// decided not applied, or approved (`reopened`), to that state, keeping its fence and
+    /// history (U6, A4).
+    async fn give_back(&self, reopened: Reopened) {
+        let target = match reopened {
+            Reopened::No => None,
+            Reopened::NotApplied => Some(Target::NotApplied),
+            Reopened::Approved { decided_at, until } => {
+                Some(Target::Approved { decided_at, until })
+            }
+        };
+        let Some(target) = target else {
             // A failure is reported by `timed`; the claim lapses with its lease.
             let releasing = self.store.release(self.key, self.owner);
             let released =
@@ -544,7 +552,7 @@ impl Held<'_> {
                     .timed(StoreOperation::Release, self.store.backend(), releasing);
             drop(released.await);
             return;
-        }
+        };
         let now = self.clock.now();
         let entry = HistoryEntry::new(now, HistoryEvent::Released, self.fence);
         let request = TransitionRequest {
@@ -554,7 +562,7 @@ impl Held<'_> {
                 owner: self.owner,
                 lease_until: None,
             },
-            target: Target::NotApplied,
+            target,
             now,
             expires_at: now,
             entry,
@@ -588,7 +596,7 @@ struct ClaimGuard {
     owner: OwnerToken,
     fence: u64,
     /// Whether the claim took a key decided not applied (U6).
-    reopened: bool,
+    reopened: Reopened,
     /// `None` once finishing took over.
     on_drop: Option<DropAction>,
 }

@@ -144,7 +144,7 @@ where
         tool: spec.name.to_owned(),
         namespace: namespace.map(str::to_owned),
         scope,
-        key_args: spec.audit.then(|| key_args.as_str().to_owned()),
+        key_args: (spec.audit || spec.approval.is_some()).then(|| key_args.as_str().to_owned()),
     };
     trace.key(&key);
     if let Some(context) = &context {

@@ -102,6 +102,7 @@ pub struct ToolFailure {
 /// Kinds of [`ToolFailure`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum FailureKind {
     /// The arguments were not valid JSON or did not fit the tool's parameters (D2).
     BadArguments,
@@ -116,6 +117,13 @@ pub enum FailureKind {
     /// Whether the effect happened is unknown (U1): the tool said so, or the key's last run
     /// ended without an outcome (`Error::OutcomeUnknown`). Not retried; the model is told.
     OutcomeUnknown,
+    /// The tool requires a person's approval and the call waits for it
+    /// (`Error::AwaitingApproval`, A2). Not retried (D3); the model is told to call again
+    /// with the same arguments later, not in another form.
+    AwaitingApproval,
+    /// A person denied the call (`Error::Denied`, A5). Not retried; the model is told not
+    /// to retry the action in any form.
+    Denied,
 }
 
 impl ToolFailure {
@@ -163,10 +171,13 @@ fn with_unknown_key(mut failure: ToolFailure, record: Option<&CallRecord>) -> To
 }
 
 /// The failure kind of a layer error: [`FailureKind::OutcomeUnknown`] for
-/// `Error::OutcomeUnknown`, else [`FailureKind::Layer`].
+/// `Error::OutcomeUnknown`, [`FailureKind::AwaitingApproval`] and [`FailureKind::Denied`]
+/// for theirs, else [`FailureKind::Layer`].
 fn layer_kind(error: &Error) -> FailureKind {
     match error {
         Error::OutcomeUnknown { .. } => FailureKind::OutcomeUnknown,
+        Error::AwaitingApproval { .. } => FailureKind::AwaitingApproval,
+        Error::Denied { .. } => FailureKind::Denied,
         _ => FailureKind::Layer,
     }
 }

@@ -15,14 +15,15 @@
 //!
 //! - `at`: milliseconds since the Unix epoch, by the writer's clock (the engine's, or the
 //!   deciding operator's);
-//! - `event`: `claimed`, `taken_over`, `unknown`, `completed`, `resolved`, `released`
-//!   ([`HistoryEvent`]);
+//! - `event`: `claimed`, `taken_over`, `unknown`, `completed`, `resolved`, `released`,
+//!   `approval_requested`, `approved`, `denied`, `approval_expired` ([`HistoryEvent`]);
 //! - `fence`: the fencing token of the run the entry is about (F1);
 //! - `owner`: the owner token of a claim or takeover (32 lower-case hex digits);
 //! - `cause`: why a run's outcome became unknown (`unknown`, `taken_over`: [`UnknownReason`]);
 //! - `source`: where a completed outcome came from (`completed`: `executed`, `reconciled`);
 //! - `decision`: a person's decision (`resolved`: `applied`, `error`, `not_applied`);
-//! - `actor`, `note`: who decided, and why (`resolved`, `released`).
+//! - `until`: when an approval expires (`approved`, ms since the Unix epoch);
+//! - `actor`, `note`: who decided, and why (`resolved`, `approved`, `denied`).
 //!
 //! A reader accepts the members in any order and ignores members it does not know, so a
 //! newer build's entries read back; an entry that is not such an object reads as
@@ -83,10 +84,21 @@ pub enum HistoryEvent {
         /// What they decided.
         decision: DecisionKind,
     },
-    /// A run that claimed a key decided not applied gave it back without an outcome (a
-    /// retryable error, a cancellation under `on_cancel = "release"`, a drop before its
-    /// body began): the key is not applied again (U6).
+    /// A run that claimed a key decided not applied, or approved, gave it back without an
+    /// outcome (a retryable error, a cancellation under `on_cancel = "release"`, a drop
+    /// before its body began): the key is not applied (U6), or approved (A4), again.
     Released,
+    /// The first call of a tool that requires approval recorded its request (A2).
+    ApprovalRequested,
+    /// A person approved the call (A3), until the given instant.
+    Approved {
+        /// When the approval expires (ms since the Unix epoch).
+        until: Timestamp,
+    },
+    /// A person denied the call (A3); the denial is the key's saved outcome (A5).
+    Denied,
+    /// A call found the approval expired: the record awaits approval again (A4).
+    ApprovalExpired,
     /// An entry this build cannot read (a newer build's, or a damaged one), as stored.
     Unreadable(String),
 }
@@ -202,6 +214,8 @@ struct Wire {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     decision: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    until: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     actor: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     note: Option<String>,
@@ -249,7 +263,15 @@ impl HistoryEntry {
                 ("resolved", None, None, Some(decision.as_str()))
             }
             HistoryEvent::Released => ("released", None, None, None),
+            HistoryEvent::ApprovalRequested => ("approval_requested", None, None, None),
+            HistoryEvent::Approved { .. } => ("approved", None, None, None),
+            HistoryEvent::Denied => ("denied", None, None, None),
+            HistoryEvent::ApprovalExpired => ("approval_expired", None, None, None),
             HistoryEvent::Unreadable(text) => return text.clone(),
+        };
+        let until = match self.event {
+            HistoryEvent::Approved { until } => Some(until.as_millis()),
+            _ => None,
         };
         let wire = Wire {
             at: self.at.as_millis(),
@@ -259,6 +281,7 @@ impl HistoryEntry {
             cause: cause.map(str::to_owned),
             source: source.map(str::to_owned),
             decision: decision.map(str::to_owned),
+            until,
             actor: self.actor.clone(),
             note: self.note.clone(),
         };
@@ -293,6 +316,15 @@ impl HistoryEntry {
                 None => return unreadable(),
             },
             ("released", _) => HistoryEvent::Released,
+            ("approval_requested", _) => HistoryEvent::ApprovalRequested,
+            ("approved", _) => match wire.until {
+                Some(until) => HistoryEvent::Approved {
+                    until: Timestamp::from_millis(until),
+                },
+                None => return unreadable(),
+            },
+            ("denied", _) => HistoryEvent::Denied,
+            ("approval_expired", _) => HistoryEvent::ApprovalExpired,
             _ => return unreadable(),
         };
         let owner = match wire.owner.as_deref() {
@@ -410,6 +442,17 @@ mod tests {
             )
             .with_actor("ana", Some("bank: no refund \"re_1\"\nline two".to_owned())),
             HistoryEntry::new(at, HistoryEvent::Released, 4),
+            HistoryEntry::new(at, HistoryEvent::ApprovalRequested, 1),
+            HistoryEntry::new(
+                at,
+                HistoryEvent::Approved {
+                    until: Timestamp::from_millis(1_796_003_600_000),
+                },
+                1,
+            )
+            .with_actor("ana", Some("ok for 40 EUR".to_owned())),
+            HistoryEntry::new(at, HistoryEvent::Denied, 1).with_actor("bo", None),
+            HistoryEntry::new(at, HistoryEvent::ApprovalExpired, 1),
         ];
         for entry in entries {
             let line = entry.to_json();

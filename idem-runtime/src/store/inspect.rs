@@ -28,6 +28,10 @@ pub enum StateFilter {
     Completed,
     /// [`RecordState::NotApplied`] (U6).
     NotApplied,
+    /// [`RecordState::AwaitingApproval`] (A2, A6).
+    AwaitingApproval,
+    /// [`RecordState::Approved`] (A3, A6), whatever its validity.
+    Approved,
 }
 
 impl StateFilter {
@@ -42,17 +46,21 @@ impl StateFilter {
             RecordState::OutcomeUnknown { .. } => StateFilter::OutcomeUnknown,
             RecordState::Completed { .. } => StateFilter::Completed,
             RecordState::NotApplied { .. } => StateFilter::NotApplied,
+            RecordState::AwaitingApproval { .. } => StateFilter::AwaitingApproval,
+            RecordState::Approved { .. } => StateFilter::Approved,
         }
     }
 
-    /// `in_progress`, `outcome_unknown`, `completed` or `not_applied`: the name in JSON
-    /// output and in stores' state columns.
+    /// `in_progress`, `outcome_unknown`, `completed`, `not_applied`, `awaiting_approval`
+    /// or `approved`: the name in JSON output and in stores' state columns.
     pub fn as_str(self) -> &'static str {
         match self {
             StateFilter::InProgress => "in_progress",
             StateFilter::OutcomeUnknown => "outcome_unknown",
             StateFilter::Completed => "completed",
             StateFilter::NotApplied => "not_applied",
+            StateFilter::AwaitingApproval => "awaiting_approval",
+            StateFilter::Approved => "approved",
         }
     }
 }
@@ -318,6 +326,12 @@ pub struct StateCounts {
     /// Records decided not applied, waiting for their next call (U6).
     #[serde(default)]
     pub not_applied: u64,
+    /// Records awaiting approval (A2).
+    #[serde(default)]
+    pub awaiting_approval: u64,
+    /// Records approved and not yet run (A3).
+    #[serde(default)]
+    pub approved: u64,
 }
 
 impl StateCounts {
@@ -328,12 +342,19 @@ impl StateCounts {
             StateFilter::OutcomeUnknown => self.outcome_unknown += n,
             StateFilter::Completed => self.completed += n,
             StateFilter::NotApplied => self.not_applied += n,
+            StateFilter::AwaitingApproval => self.awaiting_approval += n,
+            StateFilter::Approved => self.approved += n,
         }
     }
 
     /// All records counted.
     pub fn total(&self) -> u64 {
-        self.in_progress + self.outcome_unknown + self.completed + self.not_applied
+        self.in_progress
+            + self.outcome_unknown
+            + self.completed
+            + self.not_applied
+            + self.awaiting_approval
+            + self.approved
     }
 }
 

@@ -340,7 +340,9 @@ impl Store for MemoryStore {
                             ..
                         },
                     ) => owner == *o && lease_until == *l,
-                    (Seen::NotApplied, RecordState::NotApplied { .. }) => true,
+                    (Seen::NotApplied, RecordState::NotApplied { .. })
+                    | (Seen::AwaitingApproval, RecordState::AwaitingApproval { .. })
+                    | (Seen::Approved, RecordState::Approved { .. }) => true,
                     _ => false,
                 };
             if !seen {
@@ -367,6 +369,36 @@ impl Store for MemoryStore {
                 (Target::NotApplied, _) => RecordState::NotApplied {
                     decided_at: req.now,
                 },
+                (
+                    Target::AwaitingApproval,
+                    RecordState::InProgress { .. } | RecordState::Approved { .. },
+                ) => RecordState::AwaitingApproval { since: req.now },
+                (Target::AwaitingApproval, _) => return false,
+                (
+                    Target::Approved { decided_at, until },
+                    RecordState::AwaitingApproval { .. } | RecordState::InProgress { .. },
+                ) => RecordState::Approved {
+                    decided_at: *decided_at,
+                    until: *until,
+                },
+                (Target::Approved { .. }, _) => return false,
+                (
+                    Target::InProgress {
+                        owner,
+                        lease_until,
+                        fence,
+                    },
+                    RecordState::Approved { .. },
+                ) => {
+                    record.fence = *fence;
+                    record.created_at = req.now;
+                    record.expires_at = req.expires_at;
+                    RecordState::InProgress {
+                        owner: *owner,
+                        lease_until: *lease_until,
+                    }
+                }
+                (Target::InProgress { .. }, _) => return false,
             };
             true
         });

@@ -33,7 +33,7 @@ pub use inspect::{
     StateCounts, StateFilter, StoreStats, LIST_LIMIT_MAX,
 };
 pub use locator::{StoreConfigError, StoreLocator, DEFAULT_POSTGRES_SCHEMA, DEFAULT_REDIS_PREFIX};
-pub use record::{OutcomeSource, OwnerToken, Record, RecordState};
+pub use record::{Denial, OutcomeSource, OwnerToken, Record, RecordState};
 pub use requests::{
     Claim, ClaimRequest, CompleteRequest, Completion, MarkUnknownRequest, RenewRequest, Seen,
     TakeoverRequest, Target, TransitionRequest,

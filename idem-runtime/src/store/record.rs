@@ -140,6 +140,23 @@ pub enum RecordState {
         /// When the decision was recorded (the decider's clock).
         decided_at: Timestamp,
     },
+    /// The first call of a tool that requires approval recorded its request (A2): every
+    /// call with the same fingerprint gets
+    /// [`Error::AwaitingApproval`](crate::Error::AwaitingApproval) until a person approves
+    /// or denies it (A3). No owner, no lease; never expires (S8).
+    AwaitingApproval {
+        /// Since when: the request, or the call that found the approval expired (A4).
+        since: Timestamp,
+    },
+    /// A person approved the call (A3): the next call with the same fingerprint before
+    /// `until` takes the record over with the next fence and runs the body once (A4).
+    /// Never expires (S8); a call after `until` moves it back to awaiting approval.
+    Approved {
+        /// When the approval was recorded (the decider's clock).
+        decided_at: Timestamp,
+        /// When it expires.
+        until: Timestamp,
+    },
 }
 
 impl RecordState {
@@ -167,15 +184,21 @@ pub enum OutcomeSource {
     Reconciled,
     /// A person decided it (`idem resolve`, [`Engine::resolve`](crate::Engine::resolve), U6).
     Resolved,
+    /// A person denied the call (`idem deny`, [`Engine::deny`](crate::Engine::deny), A3):
+    /// the outcome is the denial (actor, note), replayed as
+    /// [`Error::Denied`](crate::Error::Denied) (A5).
+    Denied,
 }
 
 impl OutcomeSource {
-    /// `executed`, `reconciled`, `resolved`: the name stores keep and output shows.
+    /// `executed`, `reconciled`, `resolved`, `denied`: the name stores keep and output
+    /// shows.
     pub fn as_str(self) -> &'static str {
         match self {
             OutcomeSource::Executed => "executed",
             OutcomeSource::Reconciled => "reconciled",
             OutcomeSource::Resolved => "resolved",
+            OutcomeSource::Denied => "denied",
         }
     }
 
@@ -185,7 +208,50 @@ impl OutcomeSource {
             "executed" => OutcomeSource::Executed,
             "reconciled" => OutcomeSource::Reconciled,
             "resolved" => OutcomeSource::Resolved,
+            "denied" => OutcomeSource::Denied,
             _ => return None,
         })
+    }
+}
+
+/// A person's denial as a record saves it (A3, A5): the `err` member of the key's outcome
+/// envelope, `{"denied":{"actor":"ana","at":1796000000000,"note":"…"}}`, with source
+/// [`OutcomeSource::Denied`]. Every call of the key replays it as
+/// [`Error::Denied`](crate::Error::Denied).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Denial {
+    /// Who denied the call.
+    pub actor: String,
+    /// When (ms since the Unix epoch, the decider's clock).
+    pub at: Timestamp,
+    /// Why, in their words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// The saved form of a [`Denial`]: one member naming what it is.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum SavedDenial {
+    Denied(Denial),
+}
+
+impl Denial {
+    /// The outcome envelope that saves this denial.
+    pub fn to_envelope(&self) -> Envelope {
+        // Strings, an option and an integer always encode.
+        Envelope::encode_err(&SavedDenial::Denied(self.clone()))
+            .unwrap_or_else(|_| Envelope::from_stored("{\"version\":1,\"err\":{\"denied\":{}}}"))
+    }
+
+    /// The denial an outcome envelope saves.
+    ///
+    /// # Errors
+    /// What is wrong, when `outcome` is not a saved denial.
+    pub fn from_envelope(outcome: &Envelope) -> Result<Denial, String> {
+        match outcome.decode::<serde_json::Value, SavedDenial>()? {
+            Err(SavedDenial::Denied(denial)) => Ok(denial),
+            Ok(_) => Err("a denial saved as a success".to_owned()),
+        }
     }
 }

@@ -146,6 +146,10 @@ pub enum Seen {
     },
     /// Decided not applied (U6).
     NotApplied,
+    /// Awaiting approval (A2).
+    AwaitingApproval,
+    /// Approved (A3), whatever its validity.
+    Approved,
 }
 
 /// The state a [`Store::transition`] moves a record to.
@@ -169,6 +173,31 @@ pub enum Target<'a> {
     /// Not applied, decided at the request's `now` (U6): owner, lease, unknown mark and
     /// outcome are cleared; fence and history stay.
     NotApplied,
+    /// Awaiting approval since the request's `now` (A2, A4): from
+    /// [`Seen::InProgress`] (the caller's own claim) or [`Seen::Approved`] (an expired
+    /// approval). Owner and lease are cleared; fence and history stay.
+    AwaitingApproval,
+    /// Approved at `decided_at` until `until` (A3, A4): from [`Seen::AwaitingApproval`] (a
+    /// person's approval) or [`Seen::InProgress`] (a run of an approved key giving it
+    /// back). Owner and lease are cleared; fence and history stay.
+    Approved {
+        /// When the approval was recorded.
+        decided_at: Timestamp,
+        /// When it expires.
+        until: Timestamp,
+    },
+    /// In progress with `owner` until `lease_until`, with fence `fence` (the seen fence +
+    /// 1, F1), created at the request's `now` and expiring at its `expires_at` (as a
+    /// claim): only from [`Seen::Approved`], the run an approval allows (A4). The
+    /// approval columns are cleared.
+    InProgress {
+        /// The new owner.
+        owner: OwnerToken,
+        /// Its lease deadline.
+        lease_until: Timestamp,
+        /// Its fencing token.
+        fence: u64,
+    },
 }
 
 /// Arguments of [`Store::transition`]: move a record from the state its caller saw to
@@ -187,7 +216,8 @@ pub struct TransitionRequest<'a> {
     /// The caller's "now" (the engine's clock, or the deciding operator's).
     pub now: Timestamp,
     /// For [`Target::Completed`]: the expiry to raise the record's to (now + the
-    /// decision's `keep_for`). Ignored by the other targets.
+    /// decision's `keep_for`); for [`Target::InProgress`]: the run's expiry (now + ttl).
+    /// Ignored by the other targets.
     pub expires_at: Timestamp,
     /// The entry to append to the record's history (U7).
     pub entry: HistoryEntry,

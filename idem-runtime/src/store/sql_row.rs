@@ -25,6 +25,10 @@ pub(crate) struct SqlRow {
     pub(crate) source: Option<String>,
     /// When a person decided the key not applied (U6): set exactly in that state.
     pub(crate) decided_at: Option<i64>,
+    /// Awaiting approval since, or approved at (A2, A3): set exactly in those two states.
+    pub(crate) approval_at: Option<i64>,
+    /// When the approval expires (A3): set exactly in the approved state.
+    pub(crate) approval_until: Option<i64>,
     /// The label columns (P1): all `NULL` in a row written before labels existed (P4).
     pub(crate) label: SqlLabel,
 }
@@ -68,7 +72,8 @@ impl SqlRow {
     /// The record, or the error `corrupt(what)` makes when a value is out of its domain or
     /// the columns set match no state: an owner and a lease without `unknown_since` is in
     /// progress, with it outcome unknown; an outcome and its time is completed; only
-    /// `decided_at` is not applied.
+    /// `decided_at` is not applied; only `approval_at` awaits approval; only `approval_at`
+    /// and `approval_until` is approved.
     pub(crate) fn decode(self, corrupt: impl Fn(&str) -> StoreError) -> Result<Record, StoreError> {
         let time = |value: i64, column: &str| {
             u64::try_from(value)
@@ -87,6 +92,13 @@ impl SqlRow {
                 .ok_or_else(|| corrupt(&format!("unknown outcome source {text:?}")))?,
         };
         let not_applied = self.decided_at.is_some();
+        let approval = (self.approval_at, self.approval_until);
+        let bare = self.owner.is_none()
+            && self.lease_until.is_none()
+            && self.unknown_since.is_none()
+            && self.outcome.is_none()
+            && self.completed_at.is_none()
+            && !not_applied;
         let state = match (
             self.owner,
             self.lease_until,
@@ -94,6 +106,20 @@ impl SqlRow {
             self.outcome,
             self.completed_at,
         ) {
+            _ if approval != (None, None) => match approval {
+                (Some(since), None) if bare => RecordState::AwaitingApproval {
+                    since: time(since, "approval_at")?,
+                },
+                (Some(decided_at), Some(until)) if bare => RecordState::Approved {
+                    decided_at: time(decided_at, "approval_at")?,
+                    until: time(until, "approval_until")?,
+                },
+                _ => {
+                    return Err(corrupt(
+                        "approval_at or approval_until is set beside another state's columns",
+                    ))
+                }
+            },
             (None, None, None, None, None) if not_applied => RecordState::NotApplied {
                 decided_at: time(self.decided_at.unwrap_or_default(), "decided_at")?,
             },

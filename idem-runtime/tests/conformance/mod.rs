@@ -23,11 +23,14 @@ use idem_runtime::{
 use crate::support::{default_spec, key_of, refund, rerun, spec, FaultyStore, Harness, TestStore};
 
 #[macro_use]
+mod approvals;
+#[macro_use]
 mod decisions;
 mod inspect;
 mod never_twice;
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "redis"))]
 mod shared_backend;
+pub use approvals::*;
 pub use decisions::*;
 pub use inspect::*;
 pub use never_twice::*;

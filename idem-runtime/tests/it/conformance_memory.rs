@@ -7,3 +7,4 @@ use crate::support;
 conformance_suite!(memory, super::support::TestStore::memory);
 
 decisions_suite!(memory_decisions, super::support::TestStore::memory);
+approvals_suite!(memory_approvals, super::support::TestStore::memory);

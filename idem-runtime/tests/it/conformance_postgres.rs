@@ -148,6 +148,7 @@ fn postgres() -> TestStore {
 
 conformance_suite!(postgres, super::postgres, async_only);
 decisions_suite!(postgres_decisions, super::postgres);
+approvals_suite!(postgres_approvals, super::postgres);
 
 // pins S2 (across pools, as across processes): two stores with a pool each, 32 tasks each, on
 // the same 8 keys → exactly one execution per key, and every caller gets that execution's outcome

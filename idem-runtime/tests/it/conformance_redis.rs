@@ -79,6 +79,7 @@ fn redis_store() -> TestStore {
 
 conformance_suite!(redis, super::redis_store, async_only);
 decisions_suite!(redis_decisions, super::redis_store);
+approvals_suite!(redis_approvals, super::redis_store);
 
 // pins S2 (across connections, as across processes): two stores with their own connections,
 // 32 tasks each, on the same 8 keys → exactly one execution per key, one shared outcome

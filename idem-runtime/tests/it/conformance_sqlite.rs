@@ -48,6 +48,7 @@ fn sqlite_in_memory() -> TestStore {
 conformance_suite!(sqlite, super::sqlite_file);
 conformance_suite!(sqlite_in_memory, super::sqlite_in_memory);
 decisions_suite!(sqlite_decisions, super::sqlite_file);
+approvals_suite!(sqlite_approvals, super::sqlite_file);
 
 // pins S2 (across connections, as across processes): two stores on one file, 32 threads each
 // through the sync path, on the same 8 keys → one execution per key, one shared outcome

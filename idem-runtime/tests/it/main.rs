@@ -31,6 +31,7 @@ mod conformance_memory;
 mod conformance_postgres;
 mod conformance_redis;
 mod conformance_sqlite;
+mod dispatch_approvals;
 mod dispatch_fuzz;
 mod dispatch_retries;
 mod dispatch_turns;

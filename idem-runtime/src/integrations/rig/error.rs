@@ -89,7 +89,8 @@ impl IdempotentToolError {
     /// This error as rig's [`ToolExecutionError`], what the model and rig's hooks see: the
     /// tool's own error as it is; a layer error with its message as model feedback, the
     /// code `idem.<kind>` (`idem.missing_scope`, `idem.in_progress`, `idem.mismatch`,
-    /// `idem.outcome_unknown`, `idem.store`, …), retryable when it is transient
+    /// `idem.outcome_unknown`, `idem.awaiting_approval`, `idem.denied`, `idem.store`, …),
+    /// retryable when it is transient
     /// (`InProgress`, a transient store error), and the [`Error`] as source; a
     /// configuration error with the code `idem.config`, not retryable.
     pub fn into_execution_error(self) -> ToolExecutionError {

@@ -212,6 +212,14 @@ impl<T: Tool> Idempotent<T> {
         self.edit(|w| w.spec.on_unknown = on_unknown)
     }
 
+    /// Whether each key's first call waits for a person's approval (A1–A4):
+    /// `Some(valid_for)` (an approval lets one call run for that long; the attribute's
+    /// default is [`ToolSpec::DEFAULT_APPROVAL_VALID_FOR`]), `None` (the default): no
+    /// approval. The model gets `idem.awaiting_approval` until `idem approve` decides.
+    pub fn require_approval(self, valid_for: Option<std::time::Duration>) -> Self {
+        self.edit(|w| w.spec.approval = valid_for)
+    }
+
     /// This tool's own store, as a [store locator](crate::store::locator) (`"memory"`,
     /// `"sqlite:agent.db"`, …), opened on the first call; it wins over the context's
     /// engine. A locator that does not parse or open fails each call with a store error.
@@ -561,5 +569,16 @@ mod tests {
             .on_unknown(OnUnknown::Rerun);
         assert_eq!(wrapper.spec().on_cancel, OnCancel::Release);
         assert_eq!(wrapper.spec().on_unknown, OnUnknown::Rerun);
+    }
+
+    // pins R5, A1: `require_approval` is a wrapper setting, off by default
+    #[test]
+    fn require_approval_is_a_wrapper_setting() {
+        let wrapper = Idempotent::new(Echo);
+        assert_eq!(wrapper.spec().approval, None);
+        let minute = std::time::Duration::from_secs(60);
+        let wrapper = wrapper.require_approval(Some(minute));
+        assert_eq!(wrapper.spec().approval, Some(minute));
+        assert_eq!(wrapper.require_approval(None).spec().approval, None);
     }
 }

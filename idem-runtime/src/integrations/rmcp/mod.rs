@@ -57,8 +57,8 @@
 //!   only in the status.
 //! - **Layer errors (M6)** are tool errors (`isError: true`) whose text says what to do,
 //!   with `_meta["idem/error"]` (`in_progress`, `conflict`, `missing_scope`,
-//!   `outcome_unknown`, `store_unavailable`, `store_error`, `bad_meta`, `bad_arguments`,
-//!   `undecodable_outcome`) and, when a later retry can succeed, `_meta["idem/retryAfterMs"]`.
+//!   `outcome_unknown`, `awaiting_approval`, `denied`, `store_unavailable`, `store_error`,
+//!   `bad_meta`, `bad_arguments`, `undecodable_outcome`) and, when a later retry can succeed, `_meta["idem/retryAfterMs"]`.
 //!   A concurrent duplicate waits up to the tool's `wait` for the running call's result
 //!   and replays it, else gets `in_progress` (S5).
 //! - **Cancellation.** rmcp 3.11 does not drop a tool's future on

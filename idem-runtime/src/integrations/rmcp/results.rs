@@ -179,6 +179,38 @@ fn describe(error: &Error, refused: Refused<'_>) -> (&'static str, Option<u64>, 
                 ),
             )
         }
+        Error::AwaitingApproval {
+            tool, key, expired, ..
+        } => {
+            let why = if *expired {
+                "its earlier approval expired before it ran, so it waits for a new one"
+            } else {
+                "it waits for a person's approval"
+            };
+            (
+                "awaiting_approval",
+                None,
+                format!(
+                    "this action needs a person's approval and {why}; the tool did not run; do not retry it now nor in another form: tell the user it awaits approval, and call it again later with the same arguments, which runs it once it is approved (tool `{tool}`, idempotency key {key})"
+                ),
+            )
+        }
+        Error::Denied {
+            tool,
+            key,
+            actor,
+            note,
+            ..
+        } => {
+            let note = note.as_deref().map(|n| format!(": {n}")).unwrap_or_default();
+            (
+                "denied",
+                None,
+                format!(
+                    "a person ({actor}) denied this action{note}; the tool did not run; do not retry it, with this tool or another, and tell the user it was denied (tool `{tool}`, idempotency key {key})"
+                ),
+            )
+        }
         Error::Store { source, .. } if source.is_transient() => (
             "store_unavailable",
             None,
@@ -302,5 +334,40 @@ mod tests {
         let meta = result.meta.unwrap();
         assert_eq!(meta[ERROR], "outcome_unknown");
         assert!(meta.get(RETRY_AFTER_MS).is_none());
+
+        // pins M6, A2, A5, D3: an awaiting-approval answer tells the model to call again
+        // later with the same arguments, not in another form; a denial names who denied it
+        // and says not to retry; neither has a retry hint
+        for (expired, words) in [(false, "waits for a person's approval"), (true, "expired")] {
+            let waiting = Error::AwaitingApproval {
+                tool: "t".into(),
+                key: key.to_string(),
+                since: Timestamp::EPOCH,
+                expired,
+            };
+            let result = layer_error(&waiting, Some(&key), refused());
+            let said = text(&result);
+            assert!(said.contains(words), "{said}");
+            assert!(said.contains("same arguments"), "{said}");
+            assert!(said.contains("nor in another form"), "{said}");
+            let meta = result.meta.unwrap();
+            assert_eq!(meta[ERROR], "awaiting_approval");
+            assert!(meta.get(RETRY_AFTER_MS).is_none());
+        }
+        let denied = Error::Denied {
+            tool: "t".into(),
+            key: key.to_string(),
+            actor: "ana".into(),
+            note: Some("amount too high".into()),
+            at: Timestamp::EPOCH,
+        };
+        let result = layer_error(&denied, Some(&key), refused());
+        let said = text(&result);
+        assert!(
+            said.contains("(ana) denied this action: amount too high"),
+            "{said}"
+        );
+        assert!(said.contains("do not retry it"), "{said}");
+        assert_eq!(result.meta.unwrap()[ERROR], "denied");
     }
 }

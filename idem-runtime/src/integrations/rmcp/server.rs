@@ -305,9 +305,19 @@ impl<H: ServerHandler> IdempotentServerBuilder<H> {
         self
     }
 
+    /// Whether each key's first call waits for a person's approval (A1–A4), for every
+    /// tool unless [`tool_spec`](Self::tool_spec) says otherwise: `Some(valid_for)` (an
+    /// approval lets one call run for that long), `None` (the default): no approval. The
+    /// client gets a tool error with `_meta["idem/error"] = "awaiting_approval"` until
+    /// `idem approve` decides.
+    pub fn require_approval(mut self, valid_for: Option<std::time::Duration>) -> Self {
+        self.default.approval = valid_for;
+        self
+    }
+
     /// Settings for the tool named `name` only: `configure` gets a copy of the server's
     /// defaults (as they are at [`build`](Self::build)) and changes what it needs (`ttl`,
-    /// `lease`, `wait`, `heartbeat`, `scope`, `on_cancel`, `on_unknown`, `store`; the name and
+    /// `lease`, `wait`, `heartbeat`, `scope`, `on_cancel`, `on_unknown`, `approval`, `store`; the name and
     /// `reconcile` are the server's to set). A later call for the same name replaces it.
     pub fn tool_spec(
         mut self,
@@ -402,5 +412,20 @@ mod tests {
         let refund = &server.overrides["send_refund"];
         assert_eq!(refund.on_cancel, OnCancel::Release);
         assert_eq!(refund.on_unknown, OnUnknown::Hold);
+    }
+
+    // pins M10, A1: approval is off by default; the builder requires it for every tool,
+    // and a tool's own spec can turn it off
+    #[test]
+    fn require_approval_is_a_server_setting() {
+        let minute = std::time::Duration::from_secs(60);
+        assert_eq!(IdempotentServer::new(Plain).default.approval, None);
+        let server = IdempotentServer::builder(Plain)
+            .require_approval(Some(minute))
+            .tool_spec("lookup", |spec| spec.approval = None)
+            .build()
+            .unwrap();
+        assert_eq!(server.default.approval, Some(minute));
+        assert_eq!(server.overrides["lookup"].approval, None);
     }
 }

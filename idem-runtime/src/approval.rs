@@ -1,0 +1,268 @@
+//! A person's approval of a call that waits for it (contract A1–A6): approve it (the next
+//! call with the same arguments runs the tool once) or deny it (every call of the key gets
+//! the denial). Each decision is a compare-and-set on the record as the decider read it,
+//! names its actor, and lands in the record's history (U7).
+//!
+//! ```
+//! # extern crate idem_runtime as idem_agent;
+//! use idem_agent::approval::Approval;
+//! use idem_agent::resolve::ResolveError;
+//! use idem_agent::{Engine, IdempotencyKey};
+//! # let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+//! # runtime.block_on(async {
+//! let engine = Engine::in_memory();
+//! let key = IdempotencyKey::from_hex(&"ab".repeat(32)).unwrap();
+//! // No call asked for approval with this key: there is nothing to approve.
+//! let approval = Approval::new("ana")?.note("refund of 40 EUR checked with the customer");
+//! let answer = engine.approve(&key, &approval).await;
+//! assert!(matches!(answer, Err(ResolveError::NotFound { .. })));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! ```
+
+use std::time::Duration;
+
+use crate::engine::Engine;
+use crate::key::IdempotencyKey;
+use crate::outcome::OutcomeSource;
+use crate::resolve::{check_note, checked_actor, ResolveError, Resolved, DEFAULT_KEEP_FOR};
+use crate::spec::ToolSpec;
+use crate::store::{
+    Denial, HistoryEntry, HistoryEvent, RecordState, Seen, StateFilter, Target, TransitionRequest,
+};
+
+/// Who approves or denies a call, and why (A3). Build with [`Approval::new`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Approval {
+    actor: String,
+    note: Option<String>,
+    expect_fence: Option<u64>,
+    valid_for: Duration,
+    keep_for: Duration,
+}
+
+impl Approval {
+    /// A decision by `actor` (1–[`ACTOR_MAX_CHARS`](crate::resolve::ACTOR_MAX_CHARS)
+    /// characters, no control characters).
+    ///
+    /// # Errors
+    /// [`ResolveError::BadActor`] naming what is wrong with `actor`.
+    pub fn new(actor: impl Into<String>) -> Result<Self, ResolveError> {
+        Ok(Approval {
+            actor: checked_actor(actor.into())?,
+            note: None,
+            expect_fence: None,
+            valid_for: ToolSpec::DEFAULT_APPROVAL_VALID_FOR,
+            keep_for: DEFAULT_KEEP_FOR,
+        })
+    }
+
+    /// With a note saying why (at most [`NOTE_MAX_CHARS`](crate::resolve::NOTE_MAX_CHARS)
+    /// characters; longer notes are refused with [`ResolveError::BadNote`]).
+    pub fn note(mut self, note: impl Into<String>) -> Self {
+        self.note = Some(note.into());
+        self
+    }
+
+    /// Only if the record still has fence `fence` (what `idem show` printed).
+    pub fn expect_fence(mut self, fence: u64) -> Self {
+        self.expect_fence = Some(fence);
+        self
+    }
+
+    /// An approval lets a call run for `valid_for` from the decision (default
+    /// [`ToolSpec::DEFAULT_APPROVAL_VALID_FOR`], 1 hour), and never longer than the tool's
+    /// own validity (A1, A3): the call applies the shorter.
+    pub fn valid_for(mut self, valid_for: Duration) -> Self {
+        self.valid_for = valid_for;
+        self
+    }
+
+    /// A denial is kept `keep_for` from the decision (default
+    /// [`DEFAULT_KEEP_FOR`], 24 hours).
+    pub fn keep_for(mut self, keep_for: Duration) -> Self {
+        self.keep_for = keep_for;
+        self
+    }
+
+    /// Who decides.
+    pub fn actor(&self) -> &str {
+        &self.actor
+    }
+}
+
+/// Which way a person decides (A3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Approve,
+    Deny,
+}
+
+impl Engine {
+    /// Approves the call waiting for approval under `key` (A3): the next call with the same
+    /// arguments runs the tool once, while the approval is valid
+    /// ([`Approval::valid_for`], capped by the tool's own validity). A compare-and-set on
+    /// the record as read; emits the INFO event `decided` (V2). Two round trips.
+    ///
+    /// # Errors
+    /// [`ResolveError::NotFound`] without a live record; [`ResolveError::FenceChanged`]
+    /// when [`Approval::expect_fence`] does not match; [`ResolveError::NotDecidable`] for
+    /// a record that does not await approval (approving an approved record again answers
+    /// [`Resolved::AlreadyDecided`] and extends nothing); [`ResolveError::Changed`] when a
+    /// call or another decision changed the record in between; [`ResolveError::BadNote`];
+    /// [`ResolveError::Store`].
+    pub async fn approve(
+        &self,
+        key: &IdempotencyKey,
+        approval: &Approval,
+    ) -> Result<Resolved, ResolveError> {
+        self.decide_approval(key, approval, Verdict::Approve).await
+    }
+
+    /// Denies the call waiting for approval (or approved and not yet run) under `key` (A3,
+    /// A5): the denial (actor, note, time) is saved as the key's outcome, source
+    /// [`OutcomeSource::Denied`], kept [`Approval::keep_for`], and every call of the key
+    /// gets [`Error::Denied`](crate::Error::Denied). Two round trips.
+    ///
+    /// # Errors
+    /// As [`approve`](Self::approve); denying a denied record again answers
+    /// [`Resolved::AlreadyDecided`].
+    pub async fn deny(
+        &self,
+        key: &IdempotencyKey,
+        approval: &Approval,
+    ) -> Result<Resolved, ResolveError> {
+        self.decide_approval(key, approval, Verdict::Deny).await
+    }
+
+    async fn decide_approval(
+        &self,
+        key: &IdempotencyKey,
+        approval: &Approval,
+        verdict: Verdict,
+    ) -> Result<Resolved, ResolveError> {
+        check_note(approval.note.as_deref())?;
+        let now = self.clock().now();
+        let Some(mut record) = self.store().read(key, now).await? else {
+            return Err(ResolveError::NotFound {
+                key: key.to_string(),
+            });
+        };
+        let state = StateFilter::at(&record.state, now);
+        if let Some(expected) = approval.expect_fence.filter(|&f| f != record.fence) {
+            return Err(ResolveError::FenceChanged {
+                key: key.to_string(),
+                expected,
+                found: record.fence,
+                state,
+            });
+        }
+        let refuse = |why: String| ResolveError::NotDecidable {
+            key: key.to_string(),
+            state,
+            why,
+        };
+        let seen = match (&record.state, verdict) {
+            (RecordState::AwaitingApproval { .. }, _) => Seen::AwaitingApproval,
+            (RecordState::Approved { .. }, Verdict::Approve) => {
+                return Ok(Resolved::AlreadyDecided(record));
+            }
+            (RecordState::Approved { .. }, Verdict::Deny) => Seen::Approved,
+            (RecordState::Completed { source, .. }, Verdict::Deny)
+                if *source == OutcomeSource::Denied =>
+            {
+                return Ok(Resolved::AlreadyDecided(record));
+            }
+            (RecordState::Completed { source, .. }, Verdict::Approve)
+                if *source == OutcomeSource::Denied =>
+            {
+                return Err(refuse(
+                    "it was denied; a denial is final until it expires or is purged (idem purge)"
+                        .to_owned(),
+                ));
+            }
+            _ => {
+                return Err(refuse(format!(
+                    "it does not wait for approval (it is {state}); only a call of a tool that requires approval asks for it"
+                )));
+            }
+        };
+        let denial = Denial {
+            actor: approval.actor.clone(),
+            at: now,
+            note: approval.note.clone(),
+        }
+        .to_envelope();
+        let until = now.saturating_add(approval.valid_for);
+        let (target, event) = match verdict {
+            Verdict::Approve => (
+                Target::Approved {
+                    decided_at: now,
+                    until,
+                },
+                HistoryEvent::Approved { until },
+            ),
+            Verdict::Deny => (
+                Target::Completed {
+                    outcome: &denial,
+                    source: OutcomeSource::Denied,
+                },
+                HistoryEvent::Denied,
+            ),
+        };
+        let entry = HistoryEntry::new(now, event, record.fence)
+            .with_actor(&approval.actor, approval.note.clone());
+        let expires_at = now.saturating_add(approval.keep_for);
+        let decided = self
+            .store()
+            .transition(TransitionRequest {
+                key,
+                fence: record.fence,
+                seen,
+                target,
+                now,
+                expires_at,
+                entry,
+            })
+            .await?;
+        if !decided {
+            return Err(self.changed(key, now).await);
+        }
+        let tool = record.label.as_ref().map_or("", |l| l.tool.as_str());
+        let decision = match verdict {
+            Verdict::Approve => "approved",
+            Verdict::Deny => "denied",
+        };
+        let since = match record.state {
+            RecordState::AwaitingApproval { since } => since,
+            _ => record.created_at,
+        };
+        crate::telemetry::decision_delay(tool, decision, now.saturating_since(since));
+        tracing::info!(
+            target: "idem",
+            key = %key,
+            tool,
+            decision,
+            actor = %approval.actor,
+            note = approval.note.as_deref().unwrap_or(""),
+            fence = record.fence,
+            "decided"
+        );
+        // The record as the transition left it (one read and one compare-and-set).
+        record.state = match verdict {
+            Verdict::Approve => RecordState::Approved {
+                decided_at: now,
+                until,
+            },
+            Verdict::Deny => {
+                record.expires_at = record.expires_at.max(expires_at);
+                RecordState::Completed {
+                    outcome: denial,
+                    completed_at: now,
+                    source: OutcomeSource::Denied,
+                }
+            }
+        };
+        Ok(Resolved::Decided(record))
+    }
+}
