@@ -1035,13 +1035,13 @@ mod never_twice {
     // pins F1, S10, P4, S8: records written by a build of layout 1 (no fence, no unknown
     // state) or layout 2 (no label) are found, replayed and written by this build (layout 1
     // reads with fence 1 and becomes layout 2 when renewed; a marking or a completion makes
-    // it layout 4 with fence 1 and no label; claims over them and takeovers write layout 4
+    // it layout 5 with fence 1 and no label; claims over them and takeovers write layout 5
     // with the label; both read with no label; in progress past their expiry they stay
     // live); a record of a newer layout is refused with a typed error and left untouched
     #[tokio::test]
     async fn layout_1_and_2_records_are_found_and_migrated_in_place() {
         let (store, mut raw, _cleanup) = setup().await;
-        assert_eq!(REDIS_LAYOUT_VERSION, 4);
+        assert_eq!(REDIS_LAYOUT_VERSION, 5);
         let t0 = Timestamp::from_millis(9_000_000);
         let owner = OwnerToken::random();
         let fingerprint = fp(1);
@@ -1120,8 +1120,8 @@ mod never_twice {
             "a read writes nothing"
         );
         assert_eq!(in_progress.label, None, "written before labels existed");
-        // Written in place: layout 2, fence 1 (renew); layout 4, fence 1, no label (mark
-        // unknown, complete); layout 4 with the taker's fence and the label (take over).
+        // Written in place: layout 2, fence 1 (renew); layout 5, fence 1, no label (mark
+        // unknown, complete); layout 5 with the taker's fence and the label (take over).
         assert!(renew(&store, &key(20), owner, t0, plus(t0, 2_000)).await);
         assert!(mark_unknown(&store, &key(21), owner, t0, t0).await);
         assert_eq!(
@@ -1138,7 +1138,7 @@ mod never_twice {
         );
         let seen = read(&store, &key(23), t0).await;
         assert!(take_over(&store, &key(23), &seen, OwnerToken::random(), t0, 2).await);
-        for (n, fence, layout) in [(20, 1, "2"), (21, 1, "4"), (22, 1, "4"), (23, 2, "4")] {
+        for (n, fence, layout) in [(20, 1, "2"), (21, 1, "5"), (22, 1, "5"), (23, 2, "5")] {
             let record = store.record_key(&key(n));
             assert_eq!(
                 raw.field(&record, "v").await.as_deref(),
@@ -1236,7 +1236,7 @@ mod never_twice {
         let seen = read(&store, &key(32), t0).await;
         assert!(take_over(&store, &key(32), &seen, OwnerToken::random(), t0, 5).await);
         let taken = store.record_key(&key(32));
-        assert_eq!(raw.field(&taken, "v").await.as_deref(), Some("4"));
+        assert_eq!(raw.field(&taken, "v").await.as_deref(), Some("5"));
         assert_eq!(raw.field(&taken, "unknown_since").await, None);
         let taken = read(&store, &key(32), t0).await;
         assert_eq!(
@@ -1253,7 +1253,7 @@ mod never_twice {
         );
         assert_eq!(
             raw.field(&store.record_key(&key(31)), "v").await.as_deref(),
-            Some("4")
+            Some("5")
         );
         // A record of a newer layout: every operation refuses it, typed, and changes nothing.
         let newer = store.record_key(&key(27));
@@ -1262,7 +1262,7 @@ mod never_twice {
                 "HSET",
                 &newer,
                 "v",
-                "5",
+                "6",
                 "fingerprint",
                 fingerprint.as_str(),
                 "expires_at",
@@ -1348,7 +1348,7 @@ mod never_twice {
             let error = result.expect_err("a newer layout is refused");
             assert_eq!(error.kind, StoreErrorKind::Corrupt, "{n}: {error}");
             assert!(error.message.contains(&newer), "{n}: {error}");
-            assert!(error.message.contains("layout version 5"), "{n}: {error}");
+            assert!(error.message.contains("layout version 6"), "{n}: {error}");
         }
         assert_eq!(raw.hash(&newer).await, hash, "left untouched");
         // An expired completed record whose fence is not a number is not claimed over (F1
@@ -1460,7 +1460,7 @@ mod index {
         let plain = RecordLabel::new("send_refund", conversation("c/1"));
         let owner = claim_labelled(&store, &key(1), t0, &plain).await;
         let record = store.record_key(&key(1));
-        assert_eq!(raw.field(&record, "v").await.as_deref(), Some("4"));
+        assert_eq!(raw.field(&record, "v").await.as_deref(), Some("5"));
         assert_eq!(
             raw.field(&record, "tool").await.as_deref(),
             Some("send_refund")

@@ -135,6 +135,7 @@ impl Spans {
             reconcile: false,
             store: None,
             audit: false,
+            approval: None,
         }))
     }
 }

@@ -95,8 +95,9 @@ return out
 
 /// Re-index (I3, P4): adds the records named by `ARGV[2..]` (keys, 64 hex digits) that are
 /// missing from the index, with their tool's set, and removes the Redis expiry of those
-/// that are not completed (a build before layout 4 set one on every record; a record that
-/// is not completed never expires, S8, G1). `KEYS[1]`: the prefix's index; `ARGV[1]`:
+/// that are not completed (in progress, outcome unknown, not applied, awaiting approval,
+/// approved: a build before layout 4 set one on every record; a record that is not
+/// completed never expires, S8, G1). `KEYS[1]`: the prefix's index; `ARGV[1]`:
 /// `<prefix>rec:`. Skips keys that are not hashes of a layout this build reads or whose
 /// `created_at` is not a stored instant. Answers how many members the index gained.
 pub(super) static REINDEX: LazyLock<Script> = LazyLock::new(|| {

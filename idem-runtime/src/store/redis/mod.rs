@@ -10,29 +10,32 @@
 //! [`DEFAULT_PREFIX`] (`idem:`) unless set with [`RedisStore::with_prefix`] and `<key>` is
 //! the idempotency key's 64 lowercase hex digits. Scope values and tool names are hashed
 //! into the key, so they can never inject a command or reach another key's namespace. The
-//! fields of a record of layout 4, the one this build writes:
+//! fields of a record of layout 5, the one this build writes, by state (in progress,
+//! outcome unknown, completed, not applied, awaiting approval, approved):
 //!
-//! | field             | in progress | unknown | completed | not applied | value                          |
-//! |-------------------|-------------|---------|-----------|-------------|--------------------------------|
-//! | `v`               | yes         | yes     | yes       | yes         | layout, [`REDIS_LAYOUT_VERSION`] |
-//! | `fingerprint`     | yes         | yes     | yes       | yes         | 64 hex digits (S9)             |
-//! | `created_at`      | yes         | yes     | yes       | yes         | ms since the Unix epoch        |
-//! | `expires_at`      | yes         | yes     | yes       | yes         | ms; completed: live while now < it (S8) |
-//! | `fence`           | yes         | yes     | yes       | yes         | fencing token (F1)             |
-//! | `owner`           | yes         | yes     | no        | no          | owner token, 32 hex digits (S6) |
-//! | `lease_until`     | yes         | yes     | no        | no          | lease deadline, ms (S6, L1)    |
-//! | `unknown_since`   | no          | yes     | no        | no          | ms: outcome unknown since (U1) |
-//! | `outcome`         | no          | no      | yes       | no          | the envelope JSON (S11)        |
-//! | `completed_at`    | no          | no      | yes       | no          | ms                             |
-//! | `source`          | no          | no      | yes       | no          | `executed`, `reconciled`, `resolved` (U6) |
-//! | `decided_at`      | no          | no      | no        | yes         | ms: decided not applied (U6)   |
-//! | `tool`            | yes         | yes     | yes       | yes         | the tool's name (P1)           |
-//! | `scope`           | yes         | yes     | yes       | yes         | scope path text, `""`: global  |
-//! | `namespace`       | if any      | if any  | if any    | if any      | the engine's namespace (K11)   |
-//! | `key_args`        | if audited  | if audited | if audited | if audited | canonical key arguments (P2) |
-//! | `history`         | yes         | yes     | yes       | yes         | the history's entries (U7)     |
-//! | `history_len`     | yes         | yes     | yes       | yes         | how many entries `history` holds |
-//! | `history_dropped` | if any      | if any  | if any    | if any      | how many older entries were dropped |
+//! | field             | prog. | unkn. | compl. | n. a. | await. | appr. | value                          |
+//! |-------------------|-------|-------|--------|-------|--------|-------|--------------------------------|
+//! | `v`               | yes   | yes   | yes    | yes   | yes    | yes   | layout, [`REDIS_LAYOUT_VERSION`] |
+//! | `fingerprint`     | yes   | yes   | yes    | yes   | yes    | yes   | 64 hex digits (S9)             |
+//! | `created_at`      | yes   | yes   | yes    | yes   | yes    | yes   | ms since the Unix epoch        |
+//! | `expires_at`      | yes   | yes   | yes    | yes   | yes    | yes   | ms; completed: live while now < it (S8) |
+//! | `fence`           | yes   | yes   | yes    | yes   | yes    | yes   | fencing token (F1)             |
+//! | `owner`           | yes   | yes   | no     | no    | no     | no    | owner token, 32 hex digits (S6) |
+//! | `lease_until`     | yes   | yes   | no     | no    | no     | no    | lease deadline, ms (S6, L1)    |
+//! | `unknown_since`   | no    | yes   | no     | no    | no     | no    | ms: outcome unknown since (U1) |
+//! | `outcome`         | no    | no    | yes    | no    | no     | no    | the envelope JSON (S11)        |
+//! | `completed_at`    | no    | no    | yes    | no    | no     | no    | ms                             |
+//! | `source`          | no    | no    | yes    | no    | no     | no    | `executed`, `reconciled`, `resolved` (U6), `denied` (A3) |
+//! | `decided_at`      | no    | no    | no     | yes   | no     | no    | ms: decided not applied (U6)   |
+//! | `approval_at`     | no    | no    | no     | no    | yes    | yes   | ms: awaiting approval since (A2, A4), or approved at (A3) |
+//! | `approval_until`  | no    | no    | no     | no    | no     | yes   | ms: the approval is valid until (A3, A4) |
+//! | `tool`            | yes   | yes   | yes    | yes   | yes    | yes   | the tool's name (P1)           |
+//! | `scope`           | yes   | yes   | yes    | yes   | yes    | yes   | scope path text, `""`: global  |
+//! | `namespace`       | if any | if any | if any | if any | if any | if any | the engine's namespace (K11) |
+//! | `key_args`        | if audited | if audited | if audited | if audited | if audited | if audited | canonical key arguments (P2) |
+//! | `history`         | yes   | yes   | yes    | yes   | yes    | yes   | the history's entries (U7)     |
+//! | `history_len`     | yes   | yes   | yes    | yes   | yes    | yes   | how many entries `history` holds |
+//! | `history_dropped` | if any | if any | if any | if any | if any | if any | how many older entries were dropped |
 //!
 //! Every instant and fence is written as exactly 20 decimal digits (zero-padded `u64`), so
 //! the Lua scripts compare instants and increment fences as equal-length strings: exact
@@ -40,7 +43,7 @@
 //! The scope is the text form of [`ScopePath`](crate::label::ScopePath) (`kind=value`
 //! parts joined by `/`, with `%`, `/` and `=` in values percent-encoded); `namespace` and
 //! `key_args` are absent when the label has none (P1, P2); all four are absent from a record
-//! that reached layout 4 in place from layout 1 or 2 (see below).
+//! that reached layout 4 or 5 in place from layout 1 or 2 (see below).
 //!
 //! The history (U7) is the entries' JSON lines
 //! ([`HistoryEntry::to_json`](crate::store::HistoryEntry::to_json)) joined by `\n`, oldest
@@ -57,15 +60,18 @@
 //! Layout 1 (before fencing tokens and unknown outcomes) had no `fence` and no
 //! `unknown_since`; layout 2 (before labels) had no `tool`, `scope`, `namespace` nor
 //! `key_args`, and was not indexed; layout 3 (before decisions and histories) had no
-//! `source`, `decided_at` nor history fields, and set a Redis expiry on every record. This
-//! build reads all three: layouts 1 and 2 with no label (`Record::label` is `None`), a
-//! layout-1 record as fence 1, and a record of layouts 1 to 3 with an empty history and,
-//! completed, the source `executed`. A renewal of a layout-1 record makes it layout 2 with
-//! fence 1 (a renewal leaves other layouts as they are); every write that appends to the
-//! history (a claim, a takeover, a marking as unknown, a completion, a transition) writes
-//! layout 4, with fence 1 if the record had none; claims (over an expired record, or of a
-//! key decided not applied) and takeovers write the label. A record of layout 1 or 2 that
-//! reaches layout 4 by a marking, a completion or a transition keeps no label. So old
+//! `source`, `decided_at` nor history fields, and set a Redis expiry on every record; layout
+//! 4 (before approvals) had no `approval_at` nor `approval_until` and no source `denied`.
+//! This build reads all four: layouts 1 and 2 with no label (`Record::label` is `None`), a
+//! layout-1 record as fence 1, a record of layouts 1 to 3 with an empty history and,
+//! completed, the source `executed`, and a record of layout 4 as that build read it (an
+//! approval field or the source `denied` in a record of layouts 1 to 4 is refused as
+//! corrupt). A renewal of a layout-1 record makes it layout 2 with fence 1 (a renewal
+//! leaves other layouts as they are); every write that appends to the history (a claim, a
+//! takeover, a marking as unknown, a completion, a transition) writes layout 5, with fence
+//! 1 if the record had none; claims (over an expired record, or of a key decided not
+//! applied, of layout 4 or 5) and takeovers write the label. A record of layout 1 or 2 that
+//! reaches layout 5 by a marking, a completion or a transition keeps no label. So old
 //! records keep replaying and are migrated in place as they are written; records written
 //! before the index existed are not listed nor counted until they are claimed or taken
 //! over, or until [`RedisStore::reindex`] adds them, and records of layouts 1 to 3 that are
@@ -76,8 +82,10 @@
 //! untouched. Upgrade every process sharing a prefix together: a build of an earlier layout
 //! cannot read records of a later one (it fails closed), but a build from before layout 2
 //! would write a layout-1 record, restarting the fence at 1, when it claims over an expired
-//! one, a build from before layout 3 would write records the index does not list, and a
-//! build from before layout 4 would set Redis expiries on records that are not completed.
+//! one, a build from before layout 3 would write records the index does not list, a build
+//! from before layout 4 would set Redis expiries on records that are not completed, and a
+//! build of layout 4 refuses (as corrupt) every record of layout 5, including the layout-4
+//! records this build moved on.
 //!
 //! ## The index (I3)
 //!
@@ -92,8 +100,9 @@
 //! records without a label are under the tool `""`, whose set is `<prefix>index:tool:`),
 //! so that no tool name can spell another key: the names stay apart from every prefix's
 //! records and index. The claim and takeover scripts add the key to both sets (a takeover,
-//! and a claim of a key decided not applied, re-score it: `created_at` is their `now`) in
-//! the same atomic step that writes the record; release and purge remove it in theirs. Scores are doubles: exact for
+//! a claim of a key decided not applied, and the transition that starts the run of an
+//! approved key, re-score it: `created_at` is their `now`) in the same atomic step that
+//! writes the record; release and purge remove it in theirs. Scores are doubles: exact for
 //! `created_at` below 2^53 ms (the year 287 000); the listing then filters on the record's
 //! own `created_at`, exactly.
 //!
@@ -110,13 +119,13 @@
 //! (the sweep, the listing): the store needs one Redis server (or primary), not Redis
 //! Cluster.
 //!
-//! # Operations (S2, S6, S8, F1, L1, U1, U2, U6, U7)
+//! # Operations (S2, S6, S8, F1, L1, U1, U2, U6, U7, A2–A5)
 //!
 //! A completed record is live while the caller's `now` is before its `expires_at`; a
-//! record in any other state (in progress, outcome unknown, not applied) is live whatever
-//! its `expires_at` (S8). Every operation but a read and a history read is one Lua script,
-//! run with `EVALSHA`; each one that moves a record appends the entry of that move to its
-//! history in the same script (U7):
+//! record in any other state (in progress, outcome unknown, not applied, awaiting approval,
+//! approved) is live whatever its `expires_at` (S8). Every operation but a read and a
+//! history read is one Lua script, run with `EVALSHA`; each one that moves a record appends
+//! the entry of that move to its history in the same script (U7):
 //!
 //! - claim: if the hash is absent or completed and expired (`expires_at <= now`), write a
 //!   new in-progress record with its label, with fence 1 if there was no hash and the
@@ -125,7 +134,9 @@
 //!   with the claim's fingerprint, make it in progress (owner, lease, `created_at = now`,
 //!   the new expiry and label, `decided_at` removed) with its fence + 1, append the
 //!   `claimed` entry to its history, re-score its index members, and answer the fence as
-//!   reopened. Otherwise answer the live record.
+//!   reopened (writing layout 5 over a layout-4 record). Otherwise answer the live record:
+//!   a record awaiting approval or approved is never acquired nor reopened by a claim (A2,
+//!   A4); the engine moves it by a transition.
 //! - take over: compare-and-set on the owner and the lease deadline that were read, of a
 //!   record in progress or with an unknown outcome; writes the new owner, lease,
 //!   `created_at`, expiry, the caller's fence and label, re-scores the index members and
@@ -137,12 +148,26 @@
 //!   caller's entry.
 //! - release: compare-and-delete on the owner of an in-progress record, and its members;
 //!   the history goes with it.
-//! - transition (U2, U6): compare-and-set on the fence and the state the caller saw (in
-//!   progress with that owner and, if given, lease; outcome unknown with that owner and
-//!   lease; not applied); moves the record to outcome unknown (only from in progress),
-//!   completed (`expires_at` raised to the caller's, `decided_at` removed) or not applied
-//!   (`decided_at = now`; owner, lease, unknown mark and outcome removed), and appends the
-//!   caller's entry. A completed record is never moved.
+//! - transition (U2, U6, A2–A5): compare-and-set on the fence and the state the caller saw
+//!   (in progress with that owner and, if given, lease; outcome unknown with that owner and
+//!   lease; not applied; awaiting approval; approved, whatever its `approval_until`); moves
+//!   the record to
+//!   - outcome unknown (only from in progress);
+//!   - completed (`expires_at` raised to the caller's; `decided_at`, `approval_at` and
+//!     `approval_until` removed; a denial is this move from awaiting approval, source
+//!     `denied`);
+//!   - not applied (`decided_at = now`; owner, lease, unknown mark, outcome and approval
+//!     fields removed);
+//!   - awaiting approval (only from in progress or approved: `approval_at = now`; owner,
+//!     lease and `approval_until` removed);
+//!   - approved (only from awaiting approval or in progress: `approval_at` and
+//!     `approval_until` the decision's; owner and lease removed);
+//!   - in progress (only from approved, the run an approval allows: owner, lease, the
+//!     caller's fence, `created_at = now`, its expiry; the approval fields removed; the
+//!     index members re-scored);
+//!
+//!   keeps the fence (but in the move to in progress), and appends the caller's entry. A
+//!   completed record is never moved.
 //! - read: one `HMGET`; history: one `HMGET` of the record's fields and its history
 //!   (`None` without a live record).
 //! - purge (I4): one script: absent (or completed and expired: left to Redis's expiry, so
@@ -159,7 +184,8 @@
 //! deletes a record but a release or a purge (I4). A record that is not completed carries
 //! no Redis expiry: the claim writes a new key without one, and the scripts that leave or
 //! make a record not completed (claim of a not-applied key, takeover, renewal, marking as
-//! unknown, transition to outcome unknown or not applied) remove any (`PERSIST`), so such a
+//! unknown, transition to outcome unknown, not applied, awaiting approval, approved or in
+//! progress) remove any (`PERSIST`), so such a
 //! record waits for a call, a decision or a purge however old it is (S8, U2). A completion
 //! (and a transition to completed) sets the key's time to live so that Redis keeps the
 //! record until its `expires_at` plus [`GC_MARGIN_MS`] has passed **both** by the writing
@@ -179,7 +205,8 @@
 //! Inspection sees the live records (a completed record until its expiry, any other
 //! whatever its expiry) each in its effective state at `now` ([`StateFilter::at`](crate::store::StateFilter::at)): an
 //! in-progress record whose lease lapsed at or before `now` is filtered and counted as
-//! outcome unknown (I7).
+//! outcome unknown (I7); a record awaiting approval or approved (no owner, no lease) is
+//! filtered and counted in its own state, whatever its `approval_until` (A6).
 //!
 //! - [`list`](crate::Store::list) walks the tool's set when the query names a tool, else
 //!   `<prefix>index`: newest first (`ZREVRANGEBYSCORE`, whose members of equal score come in

@@ -48,37 +48,59 @@ fn acquired(answer: &[u8]) -> Option<Claim> {
     parse_number(fence).map(|fence| Claim::Acquired { fence, reopened })
 }
 
-/// The transition script's arguments for `req`, after now and the fence: seen state, seen
-/// owner, seen lease deadline, target state, since, outcome, source, expires_at, entry.
+/// The transition script's arguments for `req` (see [`scripts::TRANSITION`]): now, fence,
+/// seen state, seen owner, seen lease deadline, target state, since, outcome, source,
+/// expires_at, entry, approval_at, approval_until, owner, lease_until, fence of the run; an
+/// argument the seen state or the target does not use is `""`.
 fn transition_args(req: &TransitionRequest<'_>) -> Vec<String> {
+    let none = String::new;
     let (seen, owner, lease) = match req.seen {
         Seen::InProgress { owner, lease_until } => (
             "in_progress",
             owner.to_hex(),
-            lease_until.map_or_else(String::new, |l| number_arg(l.as_millis())),
+            lease_until.map_or_else(none, |l| number_arg(l.as_millis())),
         ),
         Seen::OutcomeUnknown { owner, lease_until } => (
             "outcome_unknown",
             owner.to_hex(),
             number_arg(lease_until.as_millis()),
         ),
-        Seen::NotApplied => ("not_applied", String::new(), String::new()),
+        Seen::NotApplied => ("not_applied", none(), none()),
+        Seen::AwaitingApproval => ("awaiting_approval", none(), none()),
+        Seen::Approved => ("approved", none(), none()),
     };
-    let (target, since, outcome, source) = match &req.target {
-        Target::OutcomeUnknown { since } => (
-            "outcome_unknown",
-            number_arg(since.as_millis()),
-            String::new(),
-            String::new(),
-        ),
-        Target::Completed { outcome, source } => (
-            "completed",
-            String::new(),
-            outcome.as_str().to_owned(),
-            source.as_str().to_owned(),
-        ),
-        Target::NotApplied => ("not_applied", String::new(), String::new(), String::new()),
+    // since, outcome, source; approval_at, approval_until; owner, lease_until, fence.
+    let mut target_args: [String; 8] = Default::default();
+    let target = match &req.target {
+        Target::OutcomeUnknown { since } => {
+            target_args[0] = number_arg(since.as_millis());
+            "outcome_unknown"
+        }
+        Target::Completed { outcome, source } => {
+            target_args[1] = outcome.as_str().to_owned();
+            target_args[2] = source.as_str().to_owned();
+            "completed"
+        }
+        Target::NotApplied => "not_applied",
+        Target::AwaitingApproval => "awaiting_approval",
+        Target::Approved { decided_at, until } => {
+            target_args[3] = number_arg(decided_at.as_millis());
+            target_args[4] = number_arg(until.as_millis());
+            "approved"
+        }
+        Target::InProgress {
+            owner,
+            lease_until,
+            fence,
+        } => {
+            target_args[5] = owner.to_hex();
+            target_args[6] = number_arg(lease_until.as_millis());
+            target_args[7] = number_arg(*fence);
+            "in_progress"
+        }
     };
+    let [since, outcome, source, approval_at, approval_until, run_owner, run_lease, run_fence] =
+        target_args;
     vec![
         number_arg(req.now.as_millis()),
         number_arg(req.fence),
@@ -91,6 +113,11 @@ fn transition_args(req: &TransitionRequest<'_>) -> Vec<String> {
         source,
         number_arg(req.expires_at.as_millis()),
         req.entry.to_json(),
+        approval_at,
+        approval_until,
+        run_owner,
+        run_lease,
+        run_fence,
     ]
 }
 

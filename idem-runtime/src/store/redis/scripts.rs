@@ -98,13 +98,13 @@ end
 /// Shared by every record script (Lua 5.1): [`index_helpers`], then the record's layout,
 /// history and expiry.
 ///
-/// `layout()` answers the record's layout version (`'1'` to `'4'`), `nil` when there is no
+/// `layout()` answers the record's layout version (`'1'` to `'5'`), `nil` when there is no
 /// record, or `false` and why for a hash this build must not touch; the prelude refuses
 /// such a hash, and one whose `history_len` or `history_dropped` is not a count, before the
 /// script writes anything. `upgrade(v)` turns a layout-1 record into layout 2 (fence 1)
-/// before a renewal writes it in place; `relayout(v)` makes any record layout 4 (fence 1
-/// for a layout-1 record) before a script appends to its history. `label(first)` writes
-/// the label from `ARGV[first ..]`: tool, scope, namespace, key_args.
+/// before a renewal writes it in place; `relayout(v)` makes any record this build's layout
+/// (5; fence 1 for a layout-1 record) before a script appends to its history.
+/// `label(first)` writes the label from `ARGV[first ..]`: tool, scope, namespace, key_args.
 ///
 /// `append(entry)` appends one history line, dropping the oldest first while the history
 /// holds `HISTORY_LIMIT` entries (counted in `history_dropped`, U7); `claimed(now, fence,
@@ -226,7 +226,9 @@ fn script(body: &str) -> Script {
 /// expires_at, owner, lease_until, tool, scope, namespace, key_args.
 ///
 /// A record that is not completed is live whatever its expiry (S8): answered as it is
-/// ([`FIELDS`], as `HMGET`), unless it is not applied with this fingerprint (U6): then it
+/// ([`FIELDS`], as `HMGET`; awaiting approval and approved included, A2, A4: those are
+/// never acquired nor reopened by a claim), unless it is not applied (layout 4 or 5, no
+/// approval field) with this fingerprint (U6): then it
 /// becomes in progress, owned by the caller, with the next fence and the new label,
 /// `created_at` and expiry, its history kept and the `claimed` entry appended, and the
 /// script answers `reopened:<fence>`. A completed record live at `now` is answered as it
@@ -240,21 +242,22 @@ pub(super) static CLAIM: LazyLock<Script> = LazyLock::new(|| {
 local fence = ONE
 if v then
   local r = redis.call('HMGET', K, 'outcome', 'expires_at', 'decided_at', 'fingerprint',
-    'fence', 'owner')
+    'fence', 'owner', 'approval_at', 'approval_until')
   if r[1] and r[2] and r[2] <= ARGV[1] then
     if v == '1' then fence = next_fence(ONE)
     else
       if not is_number(r[5]) then return corrupt('fence is not 20 decimal digits') end
       fence = next_fence(r[5])
     end
-  elseif r[3] and not r[6] and not r[1] and r[4] == ARGV[2] and v == LAYOUT then
+  elseif r[3] and not (r[6] or r[1] or r[7] or r[8]) and r[4] == ARGV[2]
+    and (v == '4' or v == LAYOUT) then
     if not is_number(r[5]) then return corrupt('fence is not 20 decimal digits') end
     fence = next_fence(r[5])
     local old_tool = redis.call('HGET', K, 'tool') or ''
     redis.call('HDEL', K, 'decided_at', 'unknown_since', 'source', 'completed_at',
       'namespace', 'key_args')
-    redis.call('HSET', K, 'created_at', ARGV[1], 'expires_at', ARGV[3], 'owner', ARGV[4],
-      'lease_until', ARGV[5], 'fence', fence)
+    redis.call('HSET', K, 'v', LAYOUT, 'created_at', ARGV[1], 'expires_at', ARGV[3],
+      'owner', ARGV[4], 'lease_until', ARGV[5], 'fence', fence)
     label(6)
     persist()
     if old_tool ~= ARGV[6] then unindex(M, old_tool) end
@@ -288,8 +291,9 @@ return fence
 pub(super) static TAKE_OVER: LazyLock<Script> = LazyLock::new(|| {
     script(
         r"
-local r = redis.call('HMGET', K, 'owner', 'lease_until', 'outcome', 'decided_at')
-if r[1] == ARGV[1] and r[2] == ARGV[2] and not r[3] and not r[4] then
+local r = redis.call('HMGET', K, 'owner', 'lease_until', 'outcome', 'decided_at',
+  'approval_at')
+if r[1] == ARGV[1] and r[2] == ARGV[2] and not (r[3] or r[4] or r[5]) then
   local old_tool = redis.call('HGET', K, 'tool') or ''
   redis.call('HDEL', K, 'unknown_since', 'namespace', 'key_args')
   redis.call('HSET', K, 'v', LAYOUT, 'owner', ARGV[4], 'lease_until', ARGV[5],
@@ -313,8 +317,8 @@ pub(super) static RENEW: LazyLock<Script> = LazyLock::new(|| {
     script(
         r"
 local r = redis.call('HMGET', K, 'owner', 'expires_at', 'unknown_since', 'outcome',
-  'decided_at')
-if r[1] == ARGV[1] and not r[3] and not r[4] and not r[5] then
+  'decided_at', 'approval_at')
+if r[1] == ARGV[1] and not (r[3] or r[4] or r[5] or r[6]) then
   if not is_number(r[2]) then return corrupt('expires_at is not 20 decimal digits') end
   upgrade(v)
   redis.call('HSET', K, 'lease_until', ARGV[2])
@@ -332,8 +336,9 @@ return 0
 pub(super) static MARK_UNKNOWN: LazyLock<Script> = LazyLock::new(|| {
     script(
         r"
-local r = redis.call('HMGET', K, 'owner', 'unknown_since', 'outcome', 'decided_at')
-if r[1] == ARGV[1] and not r[2] and not r[3] and not r[4] then
+local r = redis.call('HMGET', K, 'owner', 'unknown_since', 'outcome', 'decided_at',
+  'approval_at')
+if r[1] == ARGV[1] and not (r[2] or r[3] or r[4] or r[5]) then
   relayout(v)
   redis.call('HSET', K, 'unknown_since', ARGV[2])
   persist()
@@ -352,8 +357,8 @@ pub(super) static COMPLETE: LazyLock<Script> = LazyLock::new(|| {
     script(
         r"
 local r = redis.call('HMGET', K, 'owner', 'expires_at', 'unknown_since', 'outcome',
-  'decided_at')
-if r[1] == ARGV[1] and not r[3] and not r[4] and not r[5] then
+  'decided_at', 'approval_at')
+if r[1] == ARGV[1] and not (r[3] or r[4] or r[5] or r[6]) then
   if not is_number(r[2]) then return corrupt('expires_at is not 20 decimal digits') end
   relayout(v)
   redis.call('HDEL', K, 'owner', 'lease_until')
@@ -372,8 +377,9 @@ return 0
 pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     script(
         r"
-local r = redis.call('HMGET', K, 'owner', 'unknown_since', 'outcome', 'decided_at')
-if r[1] == ARGV[1] and not r[2] and not r[3] and not r[4] then
+local r = redis.call('HMGET', K, 'owner', 'unknown_since', 'outcome', 'decided_at',
+  'approval_at')
+if r[1] == ARGV[1] and not (r[2] or r[3] or r[4] or r[5]) then
   local tool = redis.call('HGET', K, 'tool') or ''
   redis.call('DEL', K)
   unindex(M, tool)
@@ -384,34 +390,49 @@ return 0
     )
 });
 
-/// Transition (compare-and-set on the fence and the state the caller saw, U2, U6, U7).
-/// ARGV: now, fence, seen state (`in_progress`, `outcome_unknown`, `not_applied`), seen
-/// owner (`''` for not applied), seen lease_until (`''`: any), target state
-/// (`outcome_unknown`, `completed`, `not_applied`), since (target outcome unknown), outcome
+/// Transition (compare-and-set on the fence and the state the caller saw, U2, U6, U7,
+/// A2–A5). ARGV: now, fence, seen state (`in_progress`, `outcome_unknown`, `not_applied`,
+/// `awaiting_approval`, `approved`), seen owner (`''` for the states without one), seen
+/// lease_until (`''`: any), target state (`outcome_unknown`, `completed`, `not_applied`,
+/// `awaiting_approval`, `approved`, `in_progress`), since (target outcome unknown), outcome
 /// and source (target completed), expires_at (target completed: the expiry is raised to
-/// it), entry.
+/// it; target in progress: the run's expiry), entry, then approval_at and approval_until
+/// (target approved), owner, lease_until and fence (target in progress); an argument a
+/// target does not use is `''`.
 ///
-/// A completed record is never moved. Outcome unknown only from in progress, keeping owner
-/// and lease; completed clears owner, lease, the unknown mark and the decision and sets the
-/// Redis expiry as a completion does; not applied clears owner, lease, the unknown mark and
-/// any outcome and sets `decided_at`. Not completed: no Redis expiry.
+/// The seen state is read from the fields as the decoder does: an owner and a lease
+/// without other state fields is in progress (outcome unknown with `unknown_since`);
+/// `decided_at` alone not applied; `approval_at` alone awaiting approval, with
+/// `approval_until` approved. A completed record is never moved. Outcome unknown only from
+/// in progress, keeping owner and lease; completed clears owner, lease, the unknown mark,
+/// the decision and the approval fields and sets the Redis expiry as a completion does;
+/// not applied clears owner, lease, the unknown mark, any outcome and the approval fields
+/// and sets `decided_at`; awaiting approval (only from in progress or approved) clears
+/// owner, lease and `approval_until` and sets `approval_at = now`; approved (only from
+/// awaiting approval or in progress) clears owner and lease and sets `approval_at` and
+/// `approval_until`; in progress (only from approved) clears the approval fields and sets
+/// owner, lease, fence, `created_at = now` and `expires_at`, and re-scores the record's
+/// index members (I3). The fence is otherwise kept. Not completed: no Redis expiry.
 pub(super) static TRANSITION: LazyLock<Script> = LazyLock::new(|| {
     script(
         r"
 if not v then return 0 end
 local r = redis.call('HMGET', K, 'fence', 'owner', 'lease_until', 'unknown_since', 'outcome',
-  'decided_at', 'expires_at')
+  'decided_at', 'expires_at', 'approval_at', 'approval_until')
 if r[5] then return 0 end
 local fence = r[1]
 if v == '1' then fence = ONE end
 if fence ~= ARGV[2] then return 0 end
 local state
-if r[6] and not r[2] then state = 'not_applied'
-elseif r[6] or not (r[2] and r[3]) then return 0
-elseif r[4] then state = 'outcome_unknown'
-else state = 'in_progress' end
+if r[2] and r[3] and not (r[6] or r[8] or r[9]) then
+  if r[4] then state = 'outcome_unknown' else state = 'in_progress' end
+elseif r[6] and not (r[2] or r[3] or r[4] or r[8] or r[9]) then state = 'not_applied'
+elseif r[8] and not (r[2] or r[3] or r[4] or r[6]) then
+  if r[9] then state = 'approved' else state = 'awaiting_approval' end
+else return 0 end
 if state ~= ARGV[3] then return 0 end
-if state ~= 'not_applied' and (r[2] ~= ARGV[4] or (ARGV[5] ~= '' and r[3] ~= ARGV[5])) then
+if (state == 'in_progress' or state == 'outcome_unknown')
+  and (r[2] ~= ARGV[4] or (ARGV[5] ~= '' and r[3] ~= ARGV[5])) then
   return 0
 end
 local target = ARGV[6]
@@ -424,16 +445,37 @@ elseif target == 'completed' then
   if not is_number(r[7]) then return corrupt('expires_at is not 20 decimal digits') end
   local e = later(r[7], ARGV[10])
   relayout(v)
-  redis.call('HDEL', K, 'owner', 'lease_until', 'unknown_since', 'decided_at')
+  redis.call('HDEL', K, 'owner', 'lease_until', 'unknown_since', 'decided_at', 'approval_at',
+    'approval_until')
   redis.call('HSET', K, 'outcome', ARGV[8], 'completed_at', ARGV[1], 'source', ARGV[9],
     'expires_at', e)
   expire(keep_for(ARGV[1], e))
 elseif target == 'not_applied' then
   relayout(v)
   redis.call('HDEL', K, 'owner', 'lease_until', 'unknown_since', 'outcome', 'completed_at',
-    'source')
+    'source', 'approval_at', 'approval_until')
   redis.call('HSET', K, 'decided_at', ARGV[1])
   persist()
+elseif target == 'awaiting_approval' then
+  if state ~= 'in_progress' and state ~= 'approved' then return 0 end
+  relayout(v)
+  redis.call('HDEL', K, 'owner', 'lease_until', 'approval_until')
+  redis.call('HSET', K, 'approval_at', ARGV[1])
+  persist()
+elseif target == 'approved' then
+  if state ~= 'awaiting_approval' and state ~= 'in_progress' then return 0 end
+  relayout(v)
+  redis.call('HDEL', K, 'owner', 'lease_until')
+  redis.call('HSET', K, 'approval_at', ARGV[12], 'approval_until', ARGV[13])
+  persist()
+elseif target == 'in_progress' then
+  if state ~= 'approved' then return 0 end
+  relayout(v)
+  redis.call('HDEL', K, 'approval_at', 'approval_until')
+  redis.call('HSET', K, 'owner', ARGV[14], 'lease_until', ARGV[15], 'fence', ARGV[16],
+    'created_at', ARGV[1], 'expires_at', ARGV[10])
+  persist()
+  index(M, ARGV[1], redis.call('HGET', K, 'tool') or '')
 else
   return redis.error_reply('IDEM_ARGUMENT unknown target ' .. target)
 end
@@ -482,15 +524,15 @@ pub(super) fn as_flag(value: &Value) -> Option<bool> {
 mod tests {
     use super::*;
 
-    // pins S10, P4: the scripts read exactly the layouts the decoder reads, and write this
-    // build's layout, history bound and margin
+    // pins S10, P4: the scripts read exactly the layouts the decoder reads (1 to 5), and
+    // write this build's layout, history bound and margin
     #[test]
     fn scripts_know_the_layouts() {
         let prelude = record_prelude();
-        assert!(
-            prelude.contains("if v == '1' or v == '2' or v == '3' or v == '4' then return v end")
-        );
-        assert!(prelude.contains("is not one this build reads (1, 2, 3, 4)"));
+        assert!(prelude.contains(
+            "if v == '1' or v == '2' or v == '3' or v == '4' or v == '5' then return v end"
+        ));
+        assert!(prelude.contains("is not one this build reads (1, 2, 3, 4, 5)"));
         assert!(prelude.contains(&format!("local LAYOUT = '{REDIS_LAYOUT_VERSION}'\n")));
         assert!(prelude.contains(&format!("local MARGIN = {GC_MARGIN_MS}\n")));
         assert!(prelude.contains(&format!("local MAX = '{MAX_NUMBER}'\n")));

@@ -1,59 +1,19 @@
-//! Layout 4 on the server: records of layout 3 as that build wrote them, the history's
-//! bound, the not-applied state (P4, U6, U7).
+//! Layouts 4 and 5 on the server: records of layout 3 as that build wrote them, the
+//! history's bound, the not-applied state (P4, U6, U7).
 
 use super::*;
 use crate::store::redis::REDIS_LAYOUT_VERSION;
 use crate::store::HISTORY_LIMIT;
 
-/// Writes `key`'s record as a build of layout 3 did: `fields` after the layout, the
-/// fingerprint `fp(1)` and the label, with a Redis expiry, and in the index.
-async fn write_layout_3(
-    s: &mut Server,
-    key: &IdempotencyKey,
-    created_at: u64,
-    fields: &[(&str, String)],
-) {
-    let record = s.store.record_key(key);
-    let fingerprint = fp(1);
-    let mut args = vec![
-        "HSET".to_owned(),
-        record.clone(),
-        "v".to_owned(),
-        "3".to_owned(),
-        "fingerprint".to_owned(),
-        fingerprint.as_str().to_owned(),
-        "created_at".to_owned(),
-        digits(created_at),
-        "tool".to_owned(),
-        "send_refund".to_owned(),
-        "scope".to_owned(),
-        "conversation=c-1".to_owned(),
-    ];
-    for (name, value) in fields {
-        args.push((*name).to_owned());
-        args.push(value.clone());
-    }
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let _: i64 = s.cmd(&args).await;
-    s.old_expiry(key).await;
-    let (index, tool) = (s.store.index_key(), s.store.tool_index_key("send_refund"));
-    let score = created_at.to_string();
-    for set in [&index, &tool] {
-        let _: i64 = s.cmd(&["ZADD", set, &score, key.as_str()]).await;
-    }
-    let tools = format!("{index}:tools");
-    let _: i64 = s.cmd(&["SADD", &tools, "send_refund"]).await;
-}
-
 // pins P4, S1, U7, G1: records of layout 3, written as that build wrote them (with a Redis
 // expiry), keep replaying: a completed one reads and replays with the source `executed`
-// and an empty history, and no write; an in-progress one is completed in place (layout 4,
+// and an empty history, and no write; an in-progress one is completed in place (layout 5,
 // its history the one `completed` entry) and an unknown one taken over; `reindex` removes
 // the old Redis expiry of the records that are not completed and keeps the completed one's
 #[tokio::test]
 async fn layout_3_records_keep_replaying_with_source_executed_and_an_empty_history() {
     let mut s = server().await;
-    assert_eq!(REDIS_LAYOUT_VERSION, 4);
+    assert_eq!(REDIS_LAYOUT_VERSION, 5);
     let t0 = 9_000_000;
     let owner = OwnerToken::random();
     let (done, running, unknown, held) = (key(1), key(2), key(3), key(4));
@@ -71,12 +31,12 @@ async fn layout_3_records_keep_replaying_with_source_executed_and_an_empty_histo
         ("completed_at", digits(t0 + 5)),
     ];
     completed.push(("outcome", outcome().as_str().to_owned()));
-    write_layout_3(&mut s, &done, t0, &completed).await;
-    write_layout_3(&mut s, &running, t0 + 1, &in_progress(t0 + 1_000)).await;
+    write_layout(&mut s, "3", &done, t0, &completed).await;
+    write_layout(&mut s, "3", &running, t0 + 1, &in_progress(t0 + 1_000)).await;
     let mut marked = in_progress(t0 + 1_000);
     marked.push(("unknown_since", digits(t0)));
-    write_layout_3(&mut s, &unknown, t0 + 2, &marked).await;
-    write_layout_3(&mut s, &held, t0 + 3, &in_progress(t0 + 1_000)).await;
+    write_layout(&mut s, "3", &unknown, t0 + 2, &marked).await;
+    write_layout(&mut s, "3", &held, t0 + 3, &in_progress(t0 + 1_000)).await;
     let before = s
         .cmd::<Vec<(String, String)>>(&["HGETALL", &s.store.record_key(&done)])
         .await;
@@ -110,12 +70,12 @@ async fn layout_3_records_keep_replaying_with_source_executed_and_an_empty_histo
         "a replay and a history read write nothing"
     );
 
-    // Completed in place by this build: layout 4, source executed, one history entry.
+    // Completed in place by this build: layout 5, source executed, one history entry.
     assert_eq!(
         complete(&s.store, &running, owner, now, 3).await,
         Completion::Saved
     );
-    assert_eq!(s.field(&running, "v").await.as_deref(), Some("4"));
+    assert_eq!(s.field(&running, "v").await.as_deref(), Some("5"));
     assert_eq!(
         s.field(&running, "source").await.as_deref(),
         Some("executed")
@@ -131,10 +91,10 @@ async fn layout_3_records_keep_replaying_with_source_executed_and_an_empty_histo
             ..
         }
     ));
-    // Taken over: layout 4, no Redis expiry, the takeover's entry.
+    // Taken over: layout 5, no Redis expiry, the takeover's entry.
     let seen = read(&s.store, &unknown, now).await;
     assert!(take_over(&s.store, &unknown, &seen, OwnerToken::random(), now).await);
-    assert_eq!(s.field(&unknown, "v").await.as_deref(), Some("4"));
+    assert_eq!(s.field(&unknown, "v").await.as_deref(), Some("5"));
     assert_eq!(s.pttl(&unknown).await, -1);
     assert_eq!(
         events(&history(&s.store, &unknown, now).await),

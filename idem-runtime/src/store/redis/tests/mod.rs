@@ -1,8 +1,11 @@
-//! The Redis store's own tests: the URL redaction, and on a server (`IDEM_TEST_REDIS_URL`,
-//! default `redis://127.0.0.1:6379`, each test under a fresh prefix whose keys it deletes
-//! when it ends) layout 4: records of layout 3 written as that build wrote them, the
-//! history's bound, the not-applied state, the Redis expiry of records that are and are not
-//! completed, and the effective state and oldest-first order of the listing.
+//! The Redis store's own tests: the URL redaction, the record decoding (`decode`, no
+//! server), and on a server (`IDEM_TEST_REDIS_URL`, default `redis://127.0.0.1:6379`, each
+//! test under a fresh prefix whose keys it deletes when it ends) layouts 4 and 5: records
+//! of layouts 3 and 4 written as those builds wrote them (`decisions`, `layout_4`), the
+//! history's bound, the not-applied state, the approval states (`approvals`: every
+//! transition against the memory store; `approval_queue`: a record's way through them), the
+//! Redis expiry of records that are and are not completed, and the effective state and
+//! oldest-first order of the listing.
 
 use std::time::Duration;
 
@@ -20,8 +23,12 @@ use crate::store::{
     Seen, StateFilter, Store, TakeoverRequest, Target, TransitionRequest, UnknownReason,
 };
 
+mod approval_queue;
+mod approvals;
 mod decisions;
+mod decode;
 mod expiry;
+mod layout_4;
 
 // pins S10: a URL's password never shows in errors and logs
 #[test]
@@ -151,7 +158,7 @@ fn outcome() -> Envelope {
 
 /// Claims `key` with fingerprint `fp(n)` at `now`: lease 1 s, expiry `now + ttl_ms`.
 async fn claim(
-    store: &RedisStore,
+    store: &impl Store,
     key: &IdempotencyKey,
     n: u8,
     owner: OwnerToken,
@@ -173,7 +180,7 @@ async fn claim(
 }
 
 async fn mark_unknown(
-    store: &RedisStore,
+    store: &impl Store,
     key: &IdempotencyKey,
     owner: OwnerToken,
     now: Timestamp,
@@ -200,7 +207,7 @@ async fn mark_unknown(
 
 /// Takes over the record `seen` (in progress or unknown) at `now` with `seen.fence + 1`.
 async fn take_over(
-    store: &RedisStore,
+    store: &impl Store,
     key: &IdempotencyKey,
     seen: &Record,
     owner: OwnerToken,
@@ -245,7 +252,7 @@ async fn take_over(
 }
 
 async fn complete(
-    store: &RedisStore,
+    store: &impl Store,
     key: &IdempotencyKey,
     owner: OwnerToken,
     now: Timestamp,
@@ -274,7 +281,7 @@ async fn complete(
 /// A person's decision `decision` on the record of `fence`, seen in `seen`, moving it to
 /// `target` at `now`.
 async fn decide(
-    store: &RedisStore,
+    store: &impl Store,
     key: &IdempotencyKey,
     fence: u64,
     seen: Seen,
@@ -302,11 +309,11 @@ async fn decide(
         .unwrap()
 }
 
-async fn read(store: &RedisStore, key: &IdempotencyKey, now: Timestamp) -> Record {
+async fn read(store: &impl Store, key: &IdempotencyKey, now: Timestamp) -> Record {
     store.read(key, now).await.unwrap().expect("a live record")
 }
 
-async fn history(store: &RedisStore, key: &IdempotencyKey, now: Timestamp) -> History {
+async fn history(store: &impl Store, key: &IdempotencyKey, now: Timestamp) -> History {
     store
         .history(key, now)
         .await
@@ -326,9 +333,65 @@ fn events(history: &History) -> Vec<(&'static str, u64)> {
                 HistoryEvent::Completed { .. } => "completed",
                 HistoryEvent::Resolved { .. } => "resolved",
                 HistoryEvent::Released => "released",
+                HistoryEvent::ApprovalRequested => "approval_requested",
+                HistoryEvent::Approved { .. } => "approved",
+                HistoryEvent::Denied => "denied",
+                HistoryEvent::ApprovalExpired => "approval_expired",
                 _ => "unreadable",
             };
             (name, e.fence)
         })
         .collect()
+}
+
+/// Writes `key`'s record as a build of layout `v` (3 or 4) did: `fields` after the layout,
+/// the fingerprint `fp(1)` and the label, in the index; with a Redis expiry where that
+/// build set one (layout 3: on every record; layout 4: on completed ones).
+async fn write_layout(
+    s: &mut Server,
+    v: &str,
+    key: &IdempotencyKey,
+    created_at: u64,
+    fields: &[(&str, String)],
+) {
+    let record = s.store.record_key(key);
+    let fingerprint = fp(1);
+    let mut args = vec![
+        "HSET".to_owned(),
+        record.clone(),
+        "v".to_owned(),
+        v.to_owned(),
+        "fingerprint".to_owned(),
+        fingerprint.as_str().to_owned(),
+        "created_at".to_owned(),
+        digits(created_at),
+        "tool".to_owned(),
+        "send_refund".to_owned(),
+        "scope".to_owned(),
+        "conversation=c-1".to_owned(),
+    ];
+    for (name, value) in fields {
+        args.push((*name).to_owned());
+        args.push(value.clone());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let _: i64 = s.cmd(&args).await;
+    if v == "3" || fields.iter().any(|(name, _)| *name == "outcome") {
+        s.old_expiry(key).await;
+    }
+    let (index, tool) = (s.store.index_key(), s.store.tool_index_key("send_refund"));
+    let score = created_at.to_string();
+    for set in [&index, &tool] {
+        let _: i64 = s.cmd(&["ZADD", set, &score, key.as_str()]).await;
+    }
+    let tools = format!("{index}:tools");
+    let _: i64 = s.cmd(&["SADD", &tools, "send_refund"]).await;
+}
+
+/// A snapshot of the record's hash, sorted by field (`HGETALL` keeps no order).
+async fn hash(s: &mut Server, key: &IdempotencyKey) -> Vec<(String, String)> {
+    let record = s.store.record_key(key);
+    let mut fields: Vec<(String, String)> = s.cmd(&["HGETALL", &record]).await;
+    fields.sort();
+    fields
 }
