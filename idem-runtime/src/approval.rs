@@ -164,6 +164,23 @@ impl Engine {
         };
         let seen = match (&record.state, verdict) {
             (RecordState::AwaitingApproval { .. }, _) => Seen::AwaitingApproval,
+            (RecordState::Approved { until, .. }, Verdict::Approve) if now >= *until => {
+                // A4: an approval no call used expired; record the new one after the
+                // expiry a call would have recorded.
+                let expired = TransitionRequest {
+                    key,
+                    fence: record.fence,
+                    seen: Seen::Approved,
+                    target: Target::AwaitingApproval,
+                    now,
+                    expires_at: record.expires_at,
+                    entry: HistoryEntry::new(now, HistoryEvent::ApprovalExpired, record.fence),
+                };
+                if !self.store().transition(expired).await? {
+                    return Err(self.changed(key, now).await);
+                }
+                Seen::AwaitingApproval
+            }
             (RecordState::Approved { .. }, Verdict::Approve) => {
                 return Ok(Resolved::AlreadyDecided(record));
             }
@@ -180,6 +197,11 @@ impl Engine {
                     "it was denied; a denial is final until it expires or is purged (idem purge)"
                         .to_owned(),
                 ));
+            }
+            _ if state == StateFilter::OutcomeUnknown => {
+                return Err(refuse(format!(
+                    "its outcome is unknown, not waiting for approval: check whether the effect happened (idem show {key} --history) and record it with idem resolve {key} (--applied | --not-applied | --error)"
+                )));
             }
             _ => {
                 return Err(refuse(format!(

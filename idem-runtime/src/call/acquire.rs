@@ -17,6 +17,7 @@
 //!                                                           then InProgress (S5)
 //! ```
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::select;
@@ -24,13 +25,15 @@ use futures_util::future::select;
 use super::PreparedCall;
 use crate::attempt::{PreviousRun, UnknownCause};
 use crate::clock::{duration_millis, Timestamp};
+use crate::detach::detach;
 use crate::envelope::Envelope;
 use crate::error::Error;
+use crate::key::IdempotencyKey;
 use crate::outcome::OutcomeSource;
 use crate::spec::OnUnknown;
 use crate::store::{
     Claim, ClaimRequest, Denial, HistoryEntry, HistoryEvent, OwnerToken, Record, RecordState, Seen,
-    StoreError, StoreErrorKind, TakeoverRequest, Target, TransitionRequest, UnknownReason,
+    Store, StoreError, StoreErrorKind, TakeoverRequest, Target, TransitionRequest, UnknownReason,
 };
 use crate::telemetry::StoreOperation;
 
@@ -144,9 +147,14 @@ impl PreparedCall {
                 .map_err(|e| self.store_error(e))?
             {
                 Claim::Acquired { fence, reopened } => {
-                    if !reopened && self.spec.approval.is_some() {
-                        // A2: the first call of a key records the request, nothing runs.
-                        if self.request_approval(owner, fence, now, expires_at).await? {
+                    if self.spec.approval.is_some() {
+                        // A2: the first call of a key records the request, nothing runs;
+                        // so does the first call after a decision "not applied" (every
+                        // run needs an approval in force).
+                        if self
+                            .request_approval(owner, fence, reopened, now, expires_at)
+                            .await?
+                        {
                             return Err(self.awaiting_approval(now, false));
                         }
                         failed_takeovers += 1;
@@ -354,11 +362,15 @@ impl PreparedCall {
             unknown_since,
             cause,
         };
-        let reruns = self.spec.on_unknown == OnUnknown::Rerun;
+        // A2: a tool that requires approval never runs its body again without one: its
+        // unknown outcomes are held for a person whatever `on_unknown` and `reconcile` say.
+        let approval = self.spec.approval.is_some();
+        let reruns = self.spec.on_unknown == OnUnknown::Rerun && !approval;
+        let reconciles = self.spec.reconcile && !approval;
         match record.state {
             RecordState::Completed { .. } => Ok(Decision::Replay),
             RecordState::InProgress { owner, lease_until } if now >= lease_until => {
-                if !(self.spec.reconcile || reruns) {
+                if !(reconciles || reruns) {
                     return Ok(Decision::Hold {
                         lapsed: Some((owner, lease_until)),
                     });
@@ -377,7 +389,7 @@ impl PreparedCall {
                 lease_until,
                 since,
             } => {
-                if self.spec.reconcile || (reruns && now >= lease_until) {
+                if reconciles || (reruns && now >= lease_until) {
                     return Ok(Decision::TakeOver(Due {
                         seen_owner: owner,
                         seen_lease_until: lease_until,
@@ -446,6 +458,7 @@ impl PreparedCall {
         &self,
         owner: OwnerToken,
         fence: u64,
+        reopened: bool,
         now: Timestamp,
         expires_at: Timestamp,
     ) -> Result<bool, Error> {
@@ -461,12 +474,19 @@ impl PreparedCall {
             expires_at,
             entry: HistoryEntry::new(now, HistoryEvent::ApprovalRequested, fence),
         };
+        // Dropped before the request is recorded (or refused by the store): the claim is
+        // given back, as any claim whose body never began (U4).
+        let mut guard = RequestGuard {
+            store: Arc::clone(self.engine.store()),
+            key: self.key.clone(),
+            owner,
+            fence,
+            reopened,
+            now,
+            armed: true,
+        };
         let recorded = self.approval_transition(request).await;
-        if recorded.is_err() {
-            // The store cannot record the request: give the claim back, nothing ran.
-            let store = self.engine.store();
-            drop(store.release(&self.key, owner).await);
-        }
+        guard.armed = recorded.is_err();
         recorded
     }
 
@@ -542,6 +562,52 @@ impl PreparedCall {
 }
 
 /// What [`PreparedCall::decide`] chose for a live record.
+/// Gives back a claim whose approval request was not recorded: the call was dropped while
+/// it waited for the store, or the store refused (A2, U4). A first claim is released, a
+/// claim of a key decided not applied returns it to not applied (U6). The write runs on a
+/// task of its own ([`detach`]), so it completes without the caller.
+struct RequestGuard {
+    store: Arc<dyn Store>,
+    key: IdempotencyKey,
+    owner: OwnerToken,
+    fence: u64,
+    reopened: bool,
+    now: Timestamp,
+    armed: bool,
+}
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (store, key, owner) = (Arc::clone(&self.store), self.key.clone(), self.owner);
+        let (fence, reopened, now) = (self.fence, self.reopened, self.now);
+        detach(async move {
+            let given_back = if reopened {
+                let request = TransitionRequest {
+                    key: &key,
+                    fence,
+                    seen: Seen::InProgress {
+                        owner,
+                        lease_until: None,
+                    },
+                    target: Target::NotApplied,
+                    now,
+                    expires_at: now,
+                    entry: HistoryEntry::new(now, HistoryEvent::Released, fence),
+                };
+                store.transition(request).await.map(drop)
+            } else {
+                store.release(&key, owner).await.map(drop)
+            };
+            if let Err(error) = given_back {
+                tracing::warn!(key = %key, %error, "could not release a claim whose approval request was not recorded; it lapses with its lease");
+            }
+        });
+    }
+}
+
 enum Decision {
     Replay,
     TakeOver(Due),

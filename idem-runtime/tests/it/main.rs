@@ -17,6 +17,7 @@ mod outage;
 mod adversarial_issue10;
 mod adversarial_issue10_fixes;
 mod adversarial_issue10_typed;
+mod adversarial_issue17;
 mod adversarial_issue7;
 #[cfg(feature = "genai")]
 mod adversarial_issue8_genai;
