@@ -321,10 +321,10 @@ async fn another_schema_version_is_refused() {
     });
     let ctx = h.ctx("conv_version");
     assert_eq!(refund(default_spec(), &ctx, &h.log, 1).await, Ok(100));
-    assert_eq!(POSTGRES_SCHEMA_VERSION, 4);
-    assert_eq!(schema.version(), Some(4));
+    assert_eq!(POSTGRES_SCHEMA_VERSION, 5);
+    assert_eq!(schema.version(), Some(5));
     let key = ctx.last_outcome().unwrap().key;
-    for version in [5, 99, 0] {
+    for version in [6, 99, 0] {
         schema.admin(&format!(
             "UPDATE {{schema}}.meta SET value = {version} WHERE name = 'schema_version'"
         ));
@@ -1351,13 +1351,13 @@ async fn a_version_1_schema_is_migrated_in_place() {
              WHERE table_schema = '{}' AND table_name = 'records'",
             schema.name
         )),
-        Some("19".to_owned()),
-        "fence, unknown_since, the four label columns and the five of version 4 added"
+        Some("21".to_owned()),
+        "fence, unknown_since, the four label columns, the five of version 4 and the two of version 5 added"
     );
     assert_eq!(
         added_columns(&schema, 8),
         "fence,unknown_since,tool,namespace,scope,key_args,\
-         source,decided_at,history,history_len,history_dropped"
+         source,decided_at,history,history_len,history_dropped,approval_at,approval_until"
     );
     assert_eq!(
         record_checks(&schema),
@@ -1655,7 +1655,8 @@ async fn a_version_2_schema_is_upgraded_in_place() {
     assert_eq!(schema.version(), Some(POSTGRES_SCHEMA_VERSION));
     assert_eq!(
         added_columns(&schema, 10),
-        "tool,namespace,scope,key_args,source,decided_at,history,history_len,history_dropped"
+        "tool,namespace,scope,key_args,source,decided_at,history,history_len,history_dropped,\
+         approval_at,approval_until"
     );
     assert_eq!(
         record_checks(&schema),
@@ -1886,7 +1887,7 @@ async fn a_version_3_schema_is_upgraded_in_place() {
     assert_eq!(schema.version(), Some(POSTGRES_SCHEMA_VERSION));
     assert_eq!(
         added_columns(&schema, 14),
-        "source,decided_at,history,history_len,history_dropped"
+        "source,decided_at,history,history_len,history_dropped,approval_at,approval_until"
     );
     assert_eq!(
         record_checks(&schema),

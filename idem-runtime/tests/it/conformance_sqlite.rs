@@ -1140,7 +1140,7 @@ async fn an_old_file_is_upgraded_in_place(version: i64) {
     assert_eq!(index_names(&path), ["idem_records_expires_at"]);
 
     let store = SqliteStore::open(&path).expect("an old file opens");
-    assert_eq!(SQLITE_SCHEMA_VERSION, 4);
+    assert_eq!(SQLITE_SCHEMA_VERSION, 5);
     assert_eq!(schema_version(&path), SQLITE_SCHEMA_VERSION);
     assert_eq!(
         index_names(&path),

@@ -18,6 +18,17 @@ use crate::store::{
     StoreError, StoreStats,
 };
 
+/// Every state, by the names `sql::state_at` gives them (an unknown name, which the
+/// statement never answers, counts as in progress, its `ELSE`).
+const STATES: [StateFilter; 6] = [
+    StateFilter::InProgress,
+    StateFilter::OutcomeUnknown,
+    StateFilter::Completed,
+    StateFilter::NotApplied,
+    StateFilter::AwaitingApproval,
+    StateFilter::Approved,
+];
+
 /// One bound parameter of a built statement.
 type Param = Box<dyn ToSql + Sync + Send>;
 
@@ -48,8 +59,8 @@ impl Filter {
     ///   the prefix's, since `/` joins parts, `0` is the byte after `/`, and values
     ///   percent-encode `/` (an equality and a range of index `records_scope`, no `LIKE`);
     /// - state: the state at `now` (I7: an in-progress row whose lease lapsed at or before
-    ///   `now` is outcome unknown), from which of `outcome`, `decided_at`, `unknown_since`
-    ///   is set and `lease_until` (a filter);
+    ///   `now` is outcome unknown), from which of `outcome`, `decided_at`, `approval_at`,
+    ///   `approval_until`, `unknown_since` is set and `lease_until` (a filter);
     /// - creation range: `created_at >= $n`, `created_at < $n`;
     /// - cursor: `(created_at, key) < ($n, $m)` in listing order, `>` oldest first (index
     ///   `records_created`, or `records_tool_created` after a tool).
@@ -116,7 +127,8 @@ impl Filter {
 
 /// The condition of rows in `state` at `now` (a placeholder), as `sql::state_at` names
 /// them (I7): a row with an owner is outcome unknown once marked so or once its lease
-/// lapsed at or before `now`, else in progress.
+/// lapsed at or before `now`, else in progress; a row with only `approval_at` awaits
+/// approval, one with `approval_until` is approved whatever its validity (A6).
 fn state_condition(state: StateFilter, now: &str) -> String {
     match state {
         StateFilter::InProgress => {
@@ -127,6 +139,10 @@ fn state_condition(state: StateFilter, now: &str) -> String {
         }
         StateFilter::Completed => "outcome IS NOT NULL".to_owned(),
         StateFilter::NotApplied => "decided_at IS NOT NULL".to_owned(),
+        StateFilter::AwaitingApproval => {
+            "(approval_at IS NOT NULL AND approval_until IS NULL)".to_owned()
+        }
+        StateFilter::Approved => "approval_until IS NOT NULL".to_owned(),
     }
 }
 
@@ -210,7 +226,8 @@ impl Inner {
 
     /// Deletes the live records matching `query` (I4): one statement, which without
     /// `force` also counts the matching records it keeps (every record not completed: in
-    /// progress, outcome unknown, not applied), both as of the statement's snapshot.
+    /// progress, outcome unknown, not applied, awaiting approval, approved), both as of
+    /// the statement's snapshot.
     pub(super) async fn purge_matching(
         &self,
         query: &ListQuery,
@@ -252,7 +269,7 @@ impl Inner {
         })
     }
 
-    /// Live records by tool and state at `now` (I5, I7): one statement.
+    /// Live records by tool and state at `now` (I5, I7, A6): one statement.
     pub(super) async fn stats(&self, now: i64) -> Result<StoreStats, StoreError> {
         let client = self.client().await?;
         let stmt = self.prepare(&client, &self.sql.stats).await?;
@@ -267,12 +284,10 @@ impl Inner {
             let tool: Option<String> = row.try_get(0).map_err(bad)?;
             let state: String = row.try_get(1).map_err(bad)?;
             let n: i64 = row.try_get(2).map_err(bad)?;
-            let state = match state.as_str() {
-                "completed" => StateFilter::Completed,
-                "not_applied" => StateFilter::NotApplied,
-                "outcome_unknown" => StateFilter::OutcomeUnknown,
-                _ => StateFilter::InProgress,
-            };
+            let state = STATES
+                .into_iter()
+                .find(|known| known.as_str() == state)
+                .unwrap_or(StateFilter::InProgress);
             stats.add(
                 tool.as_deref().unwrap_or_default(),
                 state,
@@ -411,5 +426,29 @@ mod tests {
             of(StateFilter::NotApplied),
             "(expires_at > $1 OR outcome IS NULL) AND decided_at IS NOT NULL"
         );
+    }
+
+    // pins A6, I7: awaiting approval and approved are states of their own, told apart by
+    // the approval columns (no owner, no lease: never in progress nor unknown), each state
+    // name the counts' `CASE` answers is a state filter's name
+    #[test]
+    fn the_approval_states_have_their_own_filters() {
+        let of = |state| Filter::of(&ListQuery::new().state(state), 3, true).sql();
+        assert_eq!(
+            of(StateFilter::AwaitingApproval),
+            "(expires_at > $1 OR outcome IS NULL) AND \
+             (approval_at IS NOT NULL AND approval_until IS NULL)"
+        );
+        assert_eq!(
+            of(StateFilter::Approved),
+            "(expires_at > $1 OR outcome IS NULL) AND approval_until IS NOT NULL"
+        );
+        let case = crate::store::postgres::sql::state_at("$1");
+        for state in super::STATES {
+            assert!(case.contains(&format!("'{}'", state.as_str())), "{state}");
+        }
+        let approval = case.find("'awaiting_approval'").expect("named");
+        let lease = case.find("lease_until").expect("named");
+        assert!(approval < lease, "tested before the lease: {case}");
     }
 }

@@ -3,7 +3,7 @@
 //! Enabled by the `postgres` cargo feature. Built on [`tokio_postgres`] 0.7 with a
 //! [`deadpool_postgres`] 0.14 connection pool (16 connections, plain TCP without TLS).
 //!
-//! # Schema (version 4)
+//! # Schema (version 5)
 //!
 //! Created on first use, inside one transaction holding a transaction-level advisory
 //! lock (so that stores starting together do not race), in the schema given to
@@ -13,7 +13,7 @@
 //! CREATE SCHEMA IF NOT EXISTS idem;
 //! CREATE TABLE idem.meta (
 //!     name  TEXT PRIMARY KEY,               -- 'schema_version'
-//!     value BIGINT NOT NULL                 -- 4
+//!     value BIGINT NOT NULL                 -- 5
 //! );
 //! CREATE TABLE idem.records (
 //!     key           TEXT PRIMARY KEY,        -- the idempotency key (64 hex digits)
@@ -32,18 +32,27 @@
 //!     namespace     TEXT,                    -- label: the engine's namespace (K11), if any
 //!     scope         TEXT COLLATE "C",        -- label: the scope path's text (`tenant=acme/…`)
 //!     key_args      TEXT,                    -- label: audited key arguments (P2), if opted in
-//!     source          TEXT,                  -- completed: executed, reconciled, resolved (U6)
+//!     source          TEXT,                  -- completed: executed, reconciled, resolved,
+//!                                            --   denied (U6, A3)
 //!     decided_at      BIGINT,                -- not applied: when decided, ms (U6)
 //!     history         TEXT,                  -- the history's entries, one JSON line each (U7)
 //!     history_len     INTEGER NOT NULL DEFAULT 0, -- how many lines `history` holds (≤ 32)
 //!     history_dropped BIGINT NOT NULL DEFAULT 0,  -- how many older entries were dropped
+//!     approval_at     BIGINT,                -- awaiting approval since / approved at, ms (A2, A3)
+//!     approval_until  BIGINT,                -- approved: until when, ms (A3)
 //!     CONSTRAINT records_state CHECK (
 //!            (owner IS NOT NULL AND lease_until IS NOT NULL          -- held
-//!             AND outcome IS NULL AND completed_at IS NULL AND decided_at IS NULL)
+//!             AND outcome IS NULL AND completed_at IS NULL AND decided_at IS NULL
+//!             AND approval_at IS NULL AND approval_until IS NULL)
 //!         OR (owner IS NULL AND lease_until IS NULL                  -- completed
-//!             AND outcome IS NOT NULL AND completed_at IS NOT NULL AND decided_at IS NULL)
+//!             AND outcome IS NOT NULL AND completed_at IS NOT NULL AND decided_at IS NULL
+//!             AND approval_at IS NULL AND approval_until IS NULL)
 //!         OR (owner IS NULL AND lease_until IS NULL                  -- not applied
-//!             AND outcome IS NULL AND completed_at IS NULL AND decided_at IS NOT NULL))
+//!             AND outcome IS NULL AND completed_at IS NULL AND decided_at IS NOT NULL
+//!             AND approval_at IS NULL AND approval_until IS NULL)
+//!         OR (owner IS NULL AND lease_until IS NULL                  -- awaiting approval,
+//!             AND outcome IS NULL AND completed_at IS NULL           --   approved
+//!             AND decided_at IS NULL AND approval_at IS NOT NULL))
 //! );
 //! CREATE INDEX records_expires_at ON idem.records (expires_at);
 //! CREATE INDEX records_created ON idem.records (created_at, key COLLATE "C");
@@ -54,8 +63,11 @@
 //! A row is in progress when `owner` is set and `unknown_since` is not, outcome unknown
 //! when both are set (it keeps the owner and the lease that gave up), completed when
 //! `outcome` is set (its `source` `NULL` in a row completed before version 4: executed),
-//! and not applied when only `decided_at` is set (U6: a person decided the effect did not
-//! happen; the fence, fingerprint, label and history stay). Only a completed row expires:
+//! not applied when only `decided_at` is set (U6: a person decided the effect did not
+//! happen; the fence, fingerprint, label and history stay), awaiting approval when only
+//! `approval_at` is set (A2: since then) and approved when `approval_at` (when decided)
+//! and `approval_until` (until when) are (A3); every row written before version 5 has
+//! both approval columns `NULL`. Only a completed row expires:
 //! a row in any other state is live whatever its `expires_at` (S8), so every statement's
 //! test of a live row is `(expires_at > $now OR outcome IS NULL)`. The label columns are
 //! written by every claim and takeover (P1) and are all `NULL` in a row written before
@@ -78,13 +90,15 @@
 //! renewals add nothing; a row written before version 4 has an empty history (`NULL`, 0, 0)
 //! until its next transition.
 //!
-//! ## Upgrades from versions 1, 2 and 3 (P4)
+//! ## Upgrades from versions 1 to 4 (P4)
 //!
 //! Version 1 (this crate before fencing tokens) had no `fence` and no `unknown_since`;
 //! version 2 (before labels) had neither the label columns nor the listing indexes;
 //! version 3 (before decisions and histories) had no `source`, `decided_at` and history
 //! columns, and an unnamed state check (`records_check`) that forbids a row with neither an
-//! owner nor an outcome. A store that finds one of them upgrades it in place to version 4,
+//! owner nor an outcome; version 4 (before approvals) had no `approval_at` and
+//! `approval_until`, and a state check `records_state` without the approval states. A
+//! store that finds one of them upgrades it in place to version 5,
 //! in one batch inside the same transaction and under the same advisory lock as the
 //! creation (so concurrent first uses upgrade once), taking the steps from its version on:
 //!
@@ -113,23 +127,31 @@
 //!     ADD COLUMN history TEXT,
 //!     ADD COLUMN history_len INTEGER NOT NULL DEFAULT 0,
 //!     ADD COLUMN history_dropped BIGINT NOT NULL DEFAULT 0,
-//!     DROP CONSTRAINT records_check,
+//!     DROP CONSTRAINT records_check;
+//! -- versions 1 to 4:
+//! ALTER TABLE idem.records
+//!     ADD COLUMN IF NOT EXISTS approval_at BIGINT,
+//!     ADD COLUMN IF NOT EXISTS approval_until BIGINT,
+//!     DROP CONSTRAINT IF EXISTS records_state,
 //!     ADD CONSTRAINT records_state CHECK (…as above…) NOT VALID;
-//! UPDATE idem.meta SET value = 4 WHERE name = 'schema_version' AND value IN (1, 2, 3);
+//! UPDATE idem.meta SET value = 5 WHERE name = 'schema_version' AND value IN (1, 2, 3, 4);
 //! ```
 //!
 //! Every record is kept: in progress, outcome unknown and completed records read back and
 //! replay as before, with no label (before version 3), fence 1 (before version 2), source
-//! executed and an empty history (before version 4). From PostgreSQL 11 on, adding the
+//! executed and an empty history (before version 4), and none is awaiting approval or
+//! approved (before version 5). From PostgreSQL 11 on, adding the
 //! columns rewrites and scans no row (a constant default or none; the checks hold for every
 //! old row, so they are `NOT VALID`). Building the three indexes reads the table once and
 //! blocks writes to it until the set-up commits: for a large table, build them beforehand
 //! with `CREATE INDEX CONCURRENTLY` under these names (the upgrade keeps indexes that
 //! exist). Stop the processes of the older build before the first process of this one
 //! starts: an older build writes no history and no source, does not know the not-applied
-//! state, and its statements treat a record not completed whose `expires_at` passed as
-//! expired (a version 3 build would claim over an undecided unknown outcome). A schema of a
-//! version other than 1 to 4 is refused, and left untouched, with
+//! or approval states, and its statements treat a record not completed whose `expires_at`
+//! passed as expired (a version 3 build would claim over an undecided unknown outcome; a
+//! version 4 build still running answers a row awaiting approval or approved as corrupt;
+//! one started after the upgrade refuses version 5). A
+//! schema of a version other than 1 to 5 is refused, and left untouched, with
 //! [`StoreErrorKind::Unsupported`].
 //!
 //! ## Inspection without changes
@@ -142,7 +164,7 @@
 //! no lock and needs only `USAGE` on the schema and `SELECT` on its tables (`DELETE` to
 //! purge, `UPDATE` to record decisions).
 //!
-//! # Operations (S2, S6, S8, F1, L1, U1, U6, U7)
+//! # Operations (S2, S6, S8, F1, L1, U1, U6, U7, A2–A4)
 //!
 //! - claim: one statement,
 //!   `WITH live AS (SELECT … FROM records WHERE key = $1 AND (expires_at > now OR outcome
@@ -158,7 +180,8 @@
 //!   replaces an expired completed row (its fence + 1, a new history); re-claims a row
 //!   decided not applied with the caller's fingerprint (its fence + 1, the `claimed` entry
 //!   appended to its history: [`Claim::Acquired`](crate::store::Claim::Acquired) with
-//!   `reopened`); otherwise returns the live row, in one round trip. The `claimed` entry is
+//!   `reopened`); otherwise returns the live row (awaiting approval and approved included:
+//!   only a transition moves those, A2, A4), in one round trip. The `claimed` entry is
 //!   built by the SQL (`'{"at":' || now || ',"event":"claimed","fence":' || fence || …`),
 //!   the line [`HistoryEntry::claimed`](crate::store::HistoryEntry::claimed) writes. When
 //!   the statement's snapshot already shows a live row that is not to be re-claimed (a
@@ -178,14 +201,27 @@
 //!   accept only a row in progress (`unknown_since IS NULL`). Take over, mark unknown and
 //!   complete append the request's entry to the history in the same `UPDATE`; complete
 //!   also stores the outcome's `source` (its name, `executed` too).
-//! - transition (U2, U6): one statement, `UPDATE records SET <the target's columns>,
-//!   <append entry> WHERE key = $1 AND fence = $2 AND (expires_at > now OR outcome IS NULL)
-//!   AND <the state seen>`: in progress with the owner seen (and the lease seen, if given),
-//!   outcome unknown with the owner and lease seen, or not applied. The target outcome
-//!   unknown (only from in progress) sets `unknown_since`, keeping owner and lease;
-//!   completed clears owner, lease and unknown mark, stores outcome, `completed_at` = now and
-//!   source, and raises `expires_at` to the request's; not applied clears everything but
-//!   the fence, fingerprint, times, label and history, and sets `decided_at` = now.
+//! - transition (U2, U6, A2–A4): one statement, `UPDATE records SET <the target's
+//!   columns>, <append entry> WHERE key = $1 AND fence = $2 AND (expires_at > now OR
+//!   outcome IS NULL) AND <the state seen> AND <the target allowed from it>`: in progress
+//!   with the owner seen (and the lease seen, if given), outcome unknown with the owner and
+//!   lease seen, not applied (`decided_at IS NOT NULL`), awaiting approval (`approval_at IS
+//!   NOT NULL AND approval_until IS NULL`) or approved (`approval_until IS NOT NULL`). Each
+//!   target sets every state column, to its value or `NULL`:
+//!   - outcome unknown (only from in progress) sets `unknown_since`, keeping owner and
+//!     lease;
+//!   - completed (from any state: a denial, source `denied`, from awaiting approval or
+//!     approved) stores outcome, `completed_at` = now and source, and raises `expires_at`
+//!     to the request's;
+//!   - not applied (from any state) sets `decided_at` = now;
+//!   - awaiting approval (from in progress or approved) sets `approval_at` = now;
+//!   - approved (from awaiting approval or in progress) sets `approval_at` = `decided_at`
+//!     and `approval_until` = `until`;
+//!   - in progress (only from approved, the run an approval allows) sets owner, lease and
+//!     the request's fence, `created_at` = now and `expires_at` = the request's.
+//!
+//!   Fence, fingerprint, label and history (but for the appended entry) stay, and so do the
+//!   times but where said. A target not allowed from the state seen writes nothing.
 //! - history: one statement, `SELECT history, history_dropped … WHERE key = $1 AND
 //!   (expires_at > now OR outcome IS NULL)`.
 //! - claim and take over write the label columns of the call (P1); every read decodes them.
@@ -193,7 +229,8 @@
 //! - garbage collection (G1) deletes completed rows only, judged by the caller's clock
 //!   *and* the server's: a row is deleted only once it is completed and its `expires_at`
 //!   lies at or before the cutoff `min(caller's now, server's statement_timestamp()) −
-//!   margin`; a row in progress, outcome unknown or not applied is never collected,
+//!   margin`; a row in any other state (in progress, outcome unknown, not applied, awaiting
+//!   approval, approved) is never collected,
 //!   however old (S8, U2). Every 1024 claims of a store a background task deletes at most
 //!   256 rows with the margin [`GC_DRIFT_MARGIN_MS`] (one hour) + 1 ms and the claim's
 //!   `now`, so a caller whose clock runs ahead, even by a year, deletes nothing that the
@@ -235,7 +272,10 @@
 //! `now` (I7): in progress `owner IS NOT NULL AND unknown_since IS NULL AND lease_until >
 //! $now`; outcome unknown `owner IS NOT NULL AND (unknown_since IS NOT NULL OR lease_until
 //! <= $now)` (a lapsed lease is an unknown outcome); completed `outcome IS NOT NULL`; not
-//! applied `decided_at IS NOT NULL`. The counts group by the same state at `now`.
+//! applied `decided_at IS NOT NULL`; awaiting approval `approval_at IS NOT NULL AND
+//! approval_until IS NULL`; approved `approval_until IS NOT NULL` (A6: oldest first lists
+//! the queue). The counts group by the same state at `now`, the approval states tested
+//! before the lease (their rows have none).
 //!
 //! The scope prefix is matched on the path's text in byte order (`scope` is `COLLATE
 //! "C"`): parts are joined by `/` and values percent-encode `/`, so the paths whose parts
@@ -250,7 +290,7 @@
 //! per pooled connection; [`PostgresStore::explain_list`] shows the server's plan.
 //!
 //! A purge deletes one key's live row if completed, or with `force` (`DELETE …
-//! RETURNING`), and answers the kept row (in progress, outcome unknown or not applied) in
+//! RETURNING`), and answers the kept row (any state but completed) in
 //! the same statement; an expired row is left to garbage collection. A purge by filter
 //! deletes the matching live rows in one statement (completed ones only without `force`)
 //! and counts the ones it kept from the same snapshot; the cursor and page size do not
@@ -309,6 +349,8 @@ mod schema;
 mod server_tests;
 mod sql;
 mod store_impl;
+#[cfg(test)]
+mod tests;
 
 use std::fmt;
 use std::str::FromStr;
@@ -497,7 +539,7 @@ impl PostgresStore {
     /// returns how many: a completed record that expired at or before `now` — judged also
     /// by the server's clock, so that a `now` ahead of the server deletes nothing the
     /// server still sees live (G1). A record that is not completed (in progress, outcome
-    /// unknown, not applied) is never deleted, however old (S8).
+    /// unknown, not applied, awaiting approval, approved) is never deleted, however old (S8).
     /// No drift margin is applied: pass a time no later than every caller's clock (for
     /// example `now − GC_DRIFT_MARGIN_MS`) when callers' clocks may lag the server's. Not
     /// bounded by [`OPERATION_TIMEOUT`]: a large backlog may take longer.
@@ -555,49 +597,5 @@ impl fmt::Debug for PostgresStore {
             .field("url", &self.inner.url)
             .field("schema", &self.inner.schema)
             .finish()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{redact, MARGIN_PAST_CUTOFF};
-    use crate::clock::Timestamp;
-    use crate::store::{gc_cutoff_by, GC_DRIFT_MARGIN_MS};
-
-    // pins G1: the background collection's SQL cutoff, min(caller's now, server's now) −
-    // MARGIN_PAST_CUTOFF, is the shared rule's `gc_cutoff_by`, and deletes nothing (a
-    // negative cutoff) where that rule allows nothing
-    #[test]
-    fn the_collection_cutoff_is_the_shared_rule() {
-        let margin = GC_DRIFT_MARGIN_MS;
-        let year = 365 * 86_400_000;
-        for (now, server) in [
-            (0, 0),
-            (margin, 10 * margin),
-            (margin + 1, 10 * margin),
-            (10 * margin, margin + 1),
-            (1_796_000_000_000 + year, 1_796_000_000_000),
-            (1_796_000_000_000, 1_796_000_000_000 + year),
-        ] {
-            let sql = i64::try_from(u64::min(now, server)).unwrap() - MARGIN_PAST_CUTOFF;
-            match gc_cutoff_by(Timestamp::from_millis(now), Timestamp::from_millis(server)) {
-                Some(cutoff) => assert_eq!(sql, cutoff.as_millis() as i64, "{now} {server}"),
-                None => assert!(sql < 0, "{now} {server}: no row has a negative time"),
-            }
-        }
-    }
-
-    #[test]
-    fn passwords_are_redacted() {
-        assert_eq!(
-            redact("postgres://agent:s3cr:et@db:5432/x?sslmode=disable"),
-            "postgres://agent:***@db:5432/x?sslmode=disable"
-        );
-        assert_eq!(redact("postgres://agent@db/x"), "postgres://agent@db/x");
-        assert_eq!(redact("postgresql://db/x"), "postgresql://db/x");
-        assert_eq!(
-            redact("host=db user=agent password=hunter2 dbname=x"),
-            "host=db user=agent password=*** dbname=x"
-        );
     }
 }

@@ -148,7 +148,8 @@ impl Inner {
     /// A row of `claim` (or `read_live`): column 0 says whether the claim was acquired,
     /// and then column 4 holds its fence and the column after the record's (only in
     /// `claim`'s answer) whether it re-claimed a record decided not applied; otherwise
-    /// columns 1 to 15 are the live record.
+    /// columns 1 to 17 are the live record (awaiting approval and approved included: a
+    /// claim never takes those, A2, A4).
     fn decode_claim(&self, key: &str, row: &Row) -> Result<Claim, StoreError> {
         let acquired: bool = row
             .try_get(0)
@@ -199,11 +200,13 @@ impl Inner {
     }
 
     /// A row of `read_live` (or the live branch of `claim`, or `purge`, or a listing),
-    /// columns 1 to 15 (see `sql::ROW`). A row with `unknown_since` is outcome unknown (it
+    /// columns 1 to 17 (see `sql::ROW`). A row with `unknown_since` is outcome unknown (it
     /// keeps its owner and lease); one with an owner otherwise in progress; one with an
     /// outcome completed (`source` `NULL`: executed, a row written before version 4); one
-    /// with only `decided_at` not applied. Label columns all `NULL` (a row written before
-    /// version 3): no label (P4).
+    /// with only `decided_at` not applied; one with only `approval_at` awaiting approval,
+    /// with `approval_at` and `approval_until` approved (A2, A3; both `NULL` in a row
+    /// written before version 5). Label columns all `NULL` (a row written before version
+    /// 3): no label (P4).
     pub(super) fn decode(&self, key: &str, row: &Row) -> Result<Record, StoreError> {
         let bad = |e: tokio_postgres::Error| self.corrupt(key, &e.to_string());
         let fingerprint: String = row.try_get(1).map_err(bad)?;
@@ -217,11 +220,13 @@ impl Inner {
         let completed_at: Option<i64> = row.try_get(9).map_err(bad)?;
         let source: Option<String> = row.try_get(10).map_err(bad)?;
         let decided_at: Option<i64> = row.try_get(11).map_err(bad)?;
+        let approval_at: Option<i64> = row.try_get(12).map_err(bad)?;
+        let approval_until: Option<i64> = row.try_get(13).map_err(bad)?;
         let label = SqlLabel {
-            tool: row.try_get(12).map_err(bad)?,
-            namespace: row.try_get(13).map_err(bad)?,
-            scope: row.try_get(14).map_err(bad)?,
-            key_args: row.try_get(15).map_err(bad)?,
+            tool: row.try_get(14).map_err(bad)?,
+            namespace: row.try_get(15).map_err(bad)?,
+            scope: row.try_get(16).map_err(bad)?,
+            key_args: row.try_get(17).map_err(bad)?,
         };
         SqlRow {
             fingerprint,
@@ -235,6 +240,8 @@ impl Inner {
             completed_at,
             source,
             decided_at,
+            approval_at,
+            approval_until,
             label,
         }
         .decode(|what| self.corrupt(key, what))

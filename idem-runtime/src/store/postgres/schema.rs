@@ -7,10 +7,10 @@ use tokio_postgres::SimpleQueryMessage;
 use super::{Inner, BACKEND};
 use crate::store::{StoreError, StoreErrorKind};
 
-/// The schema version this build writes and reads: 4 (see the module documentation).
-/// A schema of version 1, 2 or 3 is upgraded to it in place on a store's first use; a
+/// The schema version this build writes and reads: 5 (see the module documentation).
+/// A schema of version 1, 2, 3 or 4 is upgraded to it in place on a store's first use; a
 /// schema of any other version is refused with [`StoreErrorKind::Unsupported`].
-pub const POSTGRES_SCHEMA_VERSION: i64 = 4;
+pub const POSTGRES_SCHEMA_VERSION: i64 = 5;
 
 /// Version 1: no fencing tokens, no "outcome unknown" state.
 const VERSION_1: i64 = 1;
@@ -21,16 +21,26 @@ const VERSION_2: i64 = 2;
 /// Version 3: no history (U7), no outcome source and no "not applied" state (U6).
 const VERSION_3: i64 = 3;
 
-/// The check of a row's state from version 4 on (S1, U1, U6): in progress or outcome
-/// unknown (owner and lease), completed (outcome and its time), or not applied (only
-/// `decided_at`).
+/// Version 4: no approval states (A2, A3).
+const VERSION_4: i64 = 4;
+
+/// The check of a row's state from version 5 on (S1, U1, U6, A2, A3): in progress or
+/// outcome unknown (owner and lease), completed (outcome and its time), not applied (only
+/// `decided_at`), or awaiting approval (only `approval_at`) or approved (`approval_at` and
+/// `approval_until`); the approval columns are `NULL` in every other state.
 const STATE_CHECK: &str = "CHECK (
         (owner IS NOT NULL AND lease_until IS NOT NULL
-         AND outcome IS NULL AND completed_at IS NULL AND decided_at IS NULL)
+         AND outcome IS NULL AND completed_at IS NULL AND decided_at IS NULL
+         AND approval_at IS NULL AND approval_until IS NULL)
      OR (owner IS NULL AND lease_until IS NULL
-         AND outcome IS NOT NULL AND completed_at IS NOT NULL AND decided_at IS NULL)
+         AND outcome IS NOT NULL AND completed_at IS NOT NULL AND decided_at IS NULL
+         AND approval_at IS NULL AND approval_until IS NULL)
      OR (owner IS NULL AND lease_until IS NULL
-         AND outcome IS NULL AND completed_at IS NULL AND decided_at IS NOT NULL))";
+         AND outcome IS NULL AND completed_at IS NULL AND decided_at IS NOT NULL
+         AND approval_at IS NULL AND approval_until IS NULL)
+     OR (owner IS NULL AND lease_until IS NULL
+         AND outcome IS NULL AND completed_at IS NULL AND decided_at IS NULL
+         AND approval_at IS NOT NULL))";
 
 /// The label columns and the listing indexes of version 3, added to a version 2 table
 /// (also right after the version 1 → 2 step). Every statement is `IF NOT EXISTS`, so that
@@ -52,11 +62,10 @@ fn labels_and_listing_indexes(s: &str) -> String {
 /// Version 3 → 4 (U6, U7): the outcome's source, the decision time of a record not
 /// applied, and the history (its text, how many entries it keeps and how many it
 /// dropped); the state check that versions 1 to 3 created without a name
-/// (`records_check`, which forbids a row with neither owner nor outcome) is replaced by
-/// `records_state`, which also allows the not-applied row. Adding nullable columns, or
-/// columns with a constant default, rewrites no row (PostgreSQL 11 and later); every old
-/// row meets the new check (no `decided_at`), so it is added `NOT VALID`: no scan either.
-/// One `ALTER TABLE`: all or nothing.
+/// (`records_check`, which forbids a row with neither owner nor outcome) is dropped: the
+/// 4 → 5 step that always follows ([`approvals`], in the same batch and transaction) adds
+/// `records_state` in its place. Adding nullable columns, or columns with a constant
+/// default, rewrites no row (PostgreSQL 11 and later). One `ALTER TABLE`: all or nothing.
 fn history_and_decisions(s: &str) -> String {
     format!(
         "ALTER TABLE {s}.records
@@ -65,7 +74,23 @@ fn history_and_decisions(s: &str) -> String {
             ADD COLUMN history TEXT,
             ADD COLUMN history_len INTEGER NOT NULL DEFAULT 0,
             ADD COLUMN history_dropped BIGINT NOT NULL DEFAULT 0,
-            DROP CONSTRAINT records_check,
+            DROP CONSTRAINT records_check;"
+    )
+}
+
+/// Version 4 → 5 (A2, A3): the approval columns `approval_at` and `approval_until`
+/// (nullable, no default: adding them rewrites no row), and the state check
+/// `records_state` of version 4 (if any: a table coming from version 3 has none, see
+/// [`history_and_decisions`]) replaced by [`STATE_CHECK`], which also allows the two
+/// approval states. Every old row meets it (no approval column set, and the old check, or
+/// version 3's, held), so it is added `NOT VALID`: no scan. One `ALTER TABLE`: all or
+/// nothing.
+fn approvals(s: &str) -> String {
+    format!(
+        "ALTER TABLE {s}.records
+            ADD COLUMN IF NOT EXISTS approval_at BIGINT,
+            ADD COLUMN IF NOT EXISTS approval_until BIGINT,
+            DROP CONSTRAINT IF EXISTS records_state,
             ADD CONSTRAINT records_state {STATE_CHECK} NOT VALID;"
     )
 }
@@ -87,22 +112,24 @@ pub(super) struct SchemaSql {
     setup_meta: String,
     /// The stored schema version, if any.
     read_version: String,
-    /// Creates the records table of version 4 and its indexes.
+    /// Creates the records table of version 5 and its indexes.
     create_records: String,
     /// Takes the transaction-level advisory lock of this schema name.
     lock: String,
     /// Whether the tables exist and, if they do, the stored version; reads only, and needs
     /// no privilege on a schema that does not exist.
     check_existing: String,
-    /// Records version 4 in a new schema.
+    /// Records version 5 in a new schema.
     write_version: String,
-    /// Upgrades a records table of version 1 to version 4 in place.
+    /// Upgrades a records table of version 1 to version 5 in place.
     upgrade_from_1: String,
-    /// Upgrades a records table of version 2 to version 4 in place.
+    /// Upgrades a records table of version 2 to version 5 in place.
     upgrade_from_2: String,
-    /// Upgrades a records table of version 3 to version 4 in place.
+    /// Upgrades a records table of version 3 to version 5 in place.
     upgrade_from_3: String,
-    /// Records that a schema of version 1, 2 or 3 is now of version 4.
+    /// Upgrades a records table of version 4 to version 5 in place.
+    upgrade_from_4: String,
+    /// Records that a schema of version 1, 2, 3 or 4 is now of version 5.
     update_version: String,
 }
 
@@ -118,7 +145,7 @@ impl SchemaSql {
             check_existing: format!(
                 "SELECT to_regclass('{s}.meta') IS NOT NULL AND to_regclass('{s}.records') IS NOT NULL"
             ),
-            // The same table as a version 1, 2 or 3 table after its upgrade (same columns in
+            // The same table as a version 1, 2, 3 or 4 table after its upgrade (same columns in
             // the same order, defaults, checks and indexes; only the upgrades add their
             // checks NOT VALID), so that stores created by any path behave alike.
             create_records: format!(
@@ -145,6 +172,8 @@ impl SchemaSql {
                     history         TEXT,
                     history_len     INTEGER NOT NULL DEFAULT 0,
                     history_dropped BIGINT NOT NULL DEFAULT 0,
+                    approval_at     BIGINT,
+                    approval_until  BIGINT,
                     CONSTRAINT records_state {STATE_CHECK}
                  );
                  CREATE INDEX IF NOT EXISTS records_expires_at ON {s}.records (expires_at);
@@ -158,8 +187,8 @@ impl SchemaSql {
             // Version 1 → 2: adding a column with a constant default rewrites no row
             // (PostgreSQL 11 and later), and every version 1 row meets the new checks (fence
             // 1, no `unknown_since`), so they are added NOT VALID: no scan of the table
-            // either. New and changed rows are checked all the same. Then 2 → 3 and 3 → 4,
-            // in the same batch (one round trip).
+            // either. New and changed rows are checked all the same. Then 2 → 3, 3 → 4 and
+            // 4 → 5, in the same batch (one round trip).
             upgrade_from_1: format!(
                 "ALTER TABLE {s}.records
                     ADD COLUMN fence BIGINT NOT NULL DEFAULT 1,
@@ -168,27 +197,38 @@ impl SchemaSql {
                     ADD CONSTRAINT records_unknown_has_owner
                         CHECK (unknown_since IS NULL OR owner IS NOT NULL) NOT VALID;
                  {labels}
-                 {history}",
+                 {history}
+                 {approvals}",
                 labels = labels_and_listing_indexes(&s),
-                history = history_and_decisions(&s)
+                history = history_and_decisions(&s),
+                approvals = approvals(&s)
             ),
             upgrade_from_2: format!(
                 "{labels}
-                 {history}",
+                 {history}
+                 {approvals}",
                 labels = labels_and_listing_indexes(&s),
-                history = history_and_decisions(&s)
+                history = history_and_decisions(&s),
+                approvals = approvals(&s)
             ),
-            upgrade_from_3: history_and_decisions(&s),
+            upgrade_from_3: format!(
+                "{history}
+                 {approvals}",
+                history = history_and_decisions(&s),
+                approvals = approvals(&s)
+            ),
+            upgrade_from_4: approvals(&s),
             update_version: format!(
                 "UPDATE {s}.meta SET value = {POSTGRES_SCHEMA_VERSION}
-                 WHERE name = 'schema_version' AND value IN ({VERSION_1}, {VERSION_2}, {VERSION_3})"
+                 WHERE name = 'schema_version'
+                   AND value IN ({VERSION_1}, {VERSION_2}, {VERSION_3}, {VERSION_4})"
             ),
         }
     }
 }
 
 impl Inner {
-    /// Creates the schema if absent, upgrades it from version 1, 2 or 3, checks its version
+    /// Creates the schema if absent, upgrades it from version 1, 2, 3 or 4, checks its version
     /// (see the module documentation): one transaction holding the schema name's advisory
     /// lock, so that stores starting together, in any process, neither race nor upgrade
     /// twice.
@@ -243,13 +283,14 @@ impl Inner {
                 &self.schema_sql.create_records,
                 &self.schema_sql.write_version,
             ),
-            Some(from @ (VERSION_1 | VERSION_2 | VERSION_3)) => {
+            Some(from @ (VERSION_1 | VERSION_2 | VERSION_3 | VERSION_4)) => {
                 let (url, schema) = (&self.url, &self.schema);
                 tracing::info!(%url, %schema, "upgrading the idem schema from version {from} to {POSTGRES_SCHEMA_VERSION}");
                 let upgrade = match from {
                     VERSION_1 => &self.schema_sql.upgrade_from_1,
                     VERSION_2 => &self.schema_sql.upgrade_from_2,
-                    _ => &self.schema_sql.upgrade_from_3,
+                    VERSION_3 => &self.schema_sql.upgrade_from_3,
+                    _ => &self.schema_sql.upgrade_from_4,
                 };
                 (upgrade, &self.schema_sql.update_version)
             }
@@ -265,7 +306,7 @@ impl Inner {
                     format!(
                         "the PostgreSQL store at {} has idem schema version {found} in schema {}; \
                          this build reads version {POSTGRES_SCHEMA_VERSION} (and upgrades \
-                         versions {VERSION_1}, {VERSION_2} and {VERSION_3})",
+                         versions {VERSION_1}, {VERSION_2}, {VERSION_3} and {VERSION_4})",
                         self.url, self.schema
                     ),
                 ))
@@ -281,9 +322,10 @@ impl Inner {
 }
 
 impl Inner {
-    /// For a store opened for inspection ([`PostgresStore::connect_existing`]): checks,
-    /// creating and upgrading nothing, that the schema holds the tables of this build's
-    /// version. Two reads in one round trip each, needing only `SELECT` on `meta`.
+    /// For a store opened for inspection
+    /// ([`PostgresStore::connect_existing`](super::PostgresStore::connect_existing)):
+    /// checks, creating and upgrading nothing, that the schema holds the tables of this
+    /// build's version. Two reads in one round trip each, needing only `SELECT` on `meta`.
     pub(super) async fn check_existing(
         &self,
         client: &deadpool_postgres::Client,
@@ -317,17 +359,19 @@ impl Inner {
         );
         match version.as_deref().map(str::parse::<i64>) {
             Some(Ok(POSTGRES_SCHEMA_VERSION)) => Ok(()),
-            Some(Ok(found @ (VERSION_1 | VERSION_2 | VERSION_3))) => Err(StoreError::new(
-                BACKEND,
-                StoreErrorKind::Unsupported,
-                format!(
-                    "the PostgreSQL store at {} has idem schema version {found} in schema {}; \
-                     this build reads version {POSTGRES_SCHEMA_VERSION}: opened for inspection, \
-                     it is not upgraded here: run an agent of this build once (it upgrades the \
-                     schema in place, keeping every record)",
-                    self.url, self.schema
-                ),
-            )),
+            Some(Ok(found @ (VERSION_1 | VERSION_2 | VERSION_3 | VERSION_4))) => {
+                Err(StoreError::new(
+                    BACKEND,
+                    StoreErrorKind::Unsupported,
+                    format!(
+                        "the PostgreSQL store at {} has idem schema version {found} in schema {}; \
+                         this build reads version {POSTGRES_SCHEMA_VERSION}: opened for \
+                         inspection, it is not upgraded here: run an agent of this build once \
+                         (it upgrades the schema in place, keeping every record)",
+                        self.url, self.schema
+                    ),
+                ))
+            }
             other => Err(StoreError::new(
                 BACKEND,
                 StoreErrorKind::Unsupported,

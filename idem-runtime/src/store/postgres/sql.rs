@@ -6,14 +6,15 @@
 use crate::store::HISTORY_LIMIT;
 
 /// The columns of a record, in the order `Inner::decode` reads them (columns 1 to
-/// 15 of `claim`, `read_live`, `purge` and the listing, after column 0: `acquired`,
-/// `deleted` or the key). The last four are the label (P1).
+/// 17 of `claim`, `read_live`, `purge` and the listing, after column 0: `acquired`,
+/// `deleted` or the key). `approval_at` and `approval_until` are the approval states'
+/// (A2, A3); the last four are the label (P1).
 pub(super) const ROW: &str = "fingerprint, created_at, expires_at, fence, owner, lease_until, \
                               unknown_since, outcome, completed_at, source, decided_at, \
-                              tool, namespace, scope, key_args";
+                              approval_at, approval_until, tool, namespace, scope, key_args";
 
 /// How many columns [`ROW`] names: `claim` answers `reopened` after them.
-pub(super) const ROW_COLUMNS: usize = 15;
+pub(super) const ROW_COLUMNS: usize = 17;
 
 /// The server's clock in ms since the Unix epoch: the start of the current statement, so
 /// one value per statement (`statement_timestamp()` is stable, so the planner can compare
@@ -21,8 +22,8 @@ pub(super) const ROW_COLUMNS: usize = 15;
 const SERVER_NOW_MS: &str = "floor(extract(epoch FROM statement_timestamp()) * 1000)::BIGINT";
 
 /// Whether a row is live at `now` (an SQL expression, S8): a completed row until its
-/// `expires_at`, a row in any other state (in progress, outcome unknown, not applied)
-/// whatever its `expires_at`.
+/// `expires_at`, a row in any other state (in progress, outcome unknown, not applied,
+/// awaiting approval, approved) whatever its `expires_at`.
 pub(super) fn live(now: &str) -> String {
     format!("(expires_at > {now} OR outcome IS NULL)")
 }
@@ -30,12 +31,15 @@ pub(super) fn live(now: &str) -> String {
 /// A row's state at `now` (an SQL expression) as
 /// [`StateFilter::as_str`](crate::store::StateFilter::as_str) names it, the effective state
 /// of [`StateFilter::at`](crate::store::StateFilter::at) (I7): completed with an outcome,
-/// not applied with `decided_at`, outcome unknown with `unknown_since` or a lease that
-/// lapsed at or before `now`, else in progress.
+/// not applied with `decided_at`, approved with `approval_until`, awaiting approval with
+/// only `approval_at` (both tested before the lease: they have none, A6), outcome unknown
+/// with `unknown_since` or a lease that lapsed at or before `now`, else in progress.
 pub(super) fn state_at(now: &str) -> String {
     format!(
         "CASE WHEN outcome IS NOT NULL THEN 'completed' \
               WHEN decided_at IS NOT NULL THEN 'not_applied' \
+              WHEN approval_until IS NOT NULL THEN 'approved' \
+              WHEN approval_at IS NOT NULL THEN 'awaiting_approval' \
               WHEN unknown_since IS NOT NULL OR lease_until <= {now} THEN 'outcome_unknown' \
               ELSE 'in_progress' END"
     )
@@ -99,8 +103,8 @@ pub(super) struct Statements {
     pub(super) complete: String,
     /// Compare-and-delete on the owner of a row in progress. `$1` key, `$2` owner.
     pub(super) release: String,
-    /// Compare-and-set on the fence and the state seen (U2, U6): see
-    /// [`Statements::new`] for the parameters.
+    /// Compare-and-set on the fence and the state seen (U2, U6, A2–A4): see the function
+    /// `transition` of this module for the parameters.
     pub(super) transition: String,
     /// The history of the live row. `$1` key, `$2` now.
     pub(super) history: String,
@@ -132,7 +136,8 @@ impl Statements {
             // Three branches, chosen by the statement's snapshot of the live row (`live`):
             // none → insert, or replace an expired completed row (`ins`); one decided not
             // applied with this fingerprint → re-claim it, appending to its history
-            // (`upd`); any other → answer it, writing nothing. `ins` and `upd` re-check
+            // (`upd`); any other (awaiting approval and approved included: only a
+            // transition moves those, A2, A4) → answer it, writing nothing. `ins` and `upd` re-check
             // their conditions on the row as it is when they write it (READ COMMITTED), so
             // a row changed since the snapshot is not overwritten: then the statement
             // answers no row, and the caller reads afresh.
@@ -169,6 +174,8 @@ impl Statements {
                         completed_at = NULL,
                         source = NULL,
                         decided_at = NULL,
+                        approval_at = NULL,
+                        approval_until = NULL,
                         tool = EXCLUDED.tool,
                         namespace = EXCLUDED.namespace,
                         scope = EXCLUDED.scope,
@@ -181,8 +188,8 @@ impl Statements {
                  )
                  SELECT TRUE AS acquired, NULL::TEXT, NULL::BIGINT, NULL::BIGINT, fence,
                         NULL::TEXT, NULL::BIGINT, NULL::BIGINT, NULL::TEXT, NULL::BIGINT,
-                        NULL::TEXT, NULL::BIGINT, NULL::TEXT, NULL::TEXT, NULL::TEXT, NULL::TEXT,
-                        reopened
+                        NULL::TEXT, NULL::BIGINT, NULL::BIGINT, NULL::BIGINT,
+                        NULL::TEXT, NULL::TEXT, NULL::TEXT, NULL::TEXT, reopened
                  FROM (SELECT fence, FALSE AS reopened FROM ins
                        UNION ALL SELECT fence, TRUE FROM upd) AS won
                  UNION ALL
@@ -263,36 +270,64 @@ impl Statements {
     }
 }
 
-/// The transition statement (U2, U6): one `UPDATE` of the live row of key `$1` if it has
-/// fence `$2` and is in the state seen, moving it to the target and appending the entry.
+/// The transition statement (U2, U6, A2–A4): one `UPDATE` of the live row of key `$1` if
+/// it has fence `$2` and is in the state seen, moving it to the target and appending the
+/// entry.
 ///
-/// `$3` the state seen (`in_progress`, `outcome_unknown`, `not_applied`), `$4` the owner
-/// seen, `$5` the lease seen (`NULL`: any, only for `in_progress`), `$6` the target
-/// (`outcome_unknown`, `completed`, `not_applied`), `$7` the target's `since`, `$8` its
-/// outcome, `$9` its source, `$10` now, `$11` the expiry to raise a completed row's to,
-/// `$12` the history entry. A target `outcome_unknown` is only reached from `in_progress`
-/// (it keeps the owner and lease); `completed` and `not_applied` clear owner, lease and
-/// unknown mark; `not_applied` also clears the outcome and its source.
+/// `$3` the state seen (`in_progress`, `outcome_unknown`, `not_applied`,
+/// `awaiting_approval`, `approved`), `$4` the owner seen, `$5` the lease seen (`NULL`: any,
+/// only for `in_progress`), `$6` the target (`outcome_unknown`, `completed`,
+/// `not_applied`, `awaiting_approval`, `approved`, `in_progress`), `$7` the target's
+/// `since`, `$8` its outcome, `$9` its source, `$10` now, `$11` the expiry to raise a
+/// completed row's to, or a run's expiry, `$12` the history entry, `$13` the run's owner,
+/// `$14` its lease, `$15` its fence, `$16` the approval's `decided_at`, `$17` its `until`.
+///
+/// Which target is reached from which state seen, as the memory store's `transition`:
+/// outcome unknown only from in progress (it keeps the owner and lease); awaiting approval
+/// (`approval_at` = now) from in progress or approved; approved (`approval_at` =
+/// `decided_at`, `approval_until` = `until`) from awaiting approval or in progress; in
+/// progress (owner, lease, fence, `created_at` = now, `expires_at` = `$11`) only from
+/// approved; completed and not applied from every state. Every target sets each state
+/// column to its own value or `NULL`: owner and lease survive only into outcome unknown,
+/// the approval columns only into the two approval states, so no other state's column is
+/// left behind; fence, `created_at` and `expires_at` change only as said.
 fn transition(s: &str) -> String {
     format!(
         "UPDATE {s}.records SET
-            owner = CASE WHEN $6::TEXT = 'outcome_unknown' THEN owner END,
-            lease_until = CASE WHEN $6::TEXT = 'outcome_unknown' THEN lease_until END,
+            owner = CASE $6::TEXT WHEN 'outcome_unknown' THEN owner
+                                  WHEN 'in_progress' THEN $13::TEXT END,
+            lease_until = CASE $6::TEXT WHEN 'outcome_unknown' THEN lease_until
+                                        WHEN 'in_progress' THEN $14::BIGINT END,
+            fence = CASE WHEN $6::TEXT = 'in_progress' THEN $15::BIGINT ELSE fence END,
+            created_at = CASE WHEN $6::TEXT = 'in_progress' THEN $10::BIGINT
+                              ELSE created_at END,
             unknown_since = CASE WHEN $6::TEXT = 'outcome_unknown' THEN $7::BIGINT END,
             outcome = CASE WHEN $6::TEXT = 'completed' THEN $8::TEXT END,
             completed_at = CASE WHEN $6::TEXT = 'completed' THEN $10::BIGINT END,
             source = CASE WHEN $6::TEXT = 'completed' THEN $9::TEXT END,
             decided_at = CASE WHEN $6::TEXT = 'not_applied' THEN $10::BIGINT END,
-            expires_at = CASE WHEN $6::TEXT = 'completed'
-                              THEN GREATEST(expires_at, $11::BIGINT) ELSE expires_at END,
+            approval_at = CASE $6::TEXT WHEN 'awaiting_approval' THEN $10::BIGINT
+                                        WHEN 'approved' THEN $16::BIGINT END,
+            approval_until = CASE WHEN $6::TEXT = 'approved' THEN $17::BIGINT END,
+            expires_at = CASE $6::TEXT WHEN 'completed' THEN GREATEST(expires_at, $11::BIGINT)
+                                       WHEN 'in_progress' THEN $11::BIGINT
+                                       ELSE expires_at END,
             {append}
          WHERE key = $1 AND fence = $2::BIGINT AND {live}
            AND (($3::TEXT = 'in_progress' AND owner = $4::TEXT AND unknown_since IS NULL
                  AND ($5::BIGINT IS NULL OR lease_until = $5::BIGINT))
              OR ($3::TEXT = 'outcome_unknown' AND owner = $4::TEXT
                  AND unknown_since IS NOT NULL AND lease_until = $5::BIGINT)
-             OR ($3::TEXT = 'not_applied' AND decided_at IS NOT NULL))
-           AND ($6::TEXT <> 'outcome_unknown' OR $3::TEXT = 'in_progress')",
+             OR ($3::TEXT = 'not_applied' AND decided_at IS NOT NULL)
+             OR ($3::TEXT = 'awaiting_approval' AND approval_at IS NOT NULL
+                 AND approval_until IS NULL)
+             OR ($3::TEXT = 'approved' AND approval_until IS NOT NULL))
+           AND CASE $6::TEXT
+                 WHEN 'outcome_unknown' THEN $3::TEXT = 'in_progress'
+                 WHEN 'awaiting_approval' THEN $3::TEXT IN ('in_progress', 'approved')
+                 WHEN 'approved' THEN $3::TEXT IN ('awaiting_approval', 'in_progress')
+                 WHEN 'in_progress' THEN $3::TEXT = 'approved'
+                 ELSE TRUE END",
         append = append_history("", "$12::TEXT"),
         live = live("$10::BIGINT")
     )

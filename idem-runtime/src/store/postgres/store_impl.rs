@@ -187,24 +187,15 @@ impl Store for PostgresStore {
                 Some(to_sql(lease_until)),
             ),
             Seen::NotApplied => ("not_applied", None, None),
+            Seen::AwaitingApproval => ("awaiting_approval", None, None),
+            Seen::Approved => ("approved", None, None),
         };
-        let (target, since, outcome, source): (&str, Option<i64>, Option<String>, Option<&str>) =
-            match &req.target {
-                Target::OutcomeUnknown { since } => {
-                    ("outcome_unknown", Some(to_sql(*since)), None, None)
-                }
-                Target::Completed { outcome, source } => (
-                    "completed",
-                    None,
-                    Some(outcome.as_str().to_owned()),
-                    Some(source.as_str()),
-                ),
-                Target::NotApplied => ("not_applied", None, None, None),
-            };
+        let target = TargetColumns::of(&req.target);
         let (now, expires_at) = (to_sql(req.now), to_sql(req.expires_at));
         let entry = req.entry.to_json();
         self.run(
             move |inner| async move {
+                let t = &target;
                 inner
                     .execute(
                         "record a transition",
@@ -215,13 +206,18 @@ impl Store for PostgresStore {
                             &seen,
                             &seen_owner,
                             &seen_lease,
-                            &target,
-                            &since,
-                            &outcome,
-                            &source,
+                            &t.name,
+                            &t.since,
+                            &t.outcome,
+                            &t.source,
                             &now,
                             &expires_at,
                             &entry,
+                            &t.owner,
+                            &t.lease_until,
+                            &t.fence,
+                            &t.approval_at,
+                            &t.approval_until,
                         ],
                     )
                     .await
@@ -326,5 +322,75 @@ impl Store for PostgresStore {
 
     fn round_trips(&self) -> Option<u64> {
         Some(self.inner.round_trips.load(Ordering::Relaxed))
+    }
+}
+
+/// The parameters of the transition statement that name its target and carry the target's
+/// values (`$6` to `$9`, `$13` to `$17`: see the function `transition` of `sql`); `None`
+/// where the target has no such value.
+#[derive(Debug, Default)]
+struct TargetColumns {
+    /// The target's name: `outcome_unknown`, `completed`, `not_applied`,
+    /// `awaiting_approval`, `approved` or `in_progress`.
+    name: &'static str,
+    /// Outcome unknown: since when (U1).
+    since: Option<i64>,
+    /// Completed: the outcome (S11).
+    outcome: Option<String>,
+    /// Completed: its source's name (U6, A3).
+    source: Option<&'static str>,
+    /// In progress: the run's owner (A4).
+    owner: Option<String>,
+    /// In progress: its lease deadline.
+    lease_until: Option<i64>,
+    /// In progress: its fence (F1).
+    fence: Option<i64>,
+    /// Approved: when (A3).
+    approval_at: Option<i64>,
+    /// Approved: until when.
+    approval_until: Option<i64>,
+}
+
+impl TargetColumns {
+    /// The parameters of `target`.
+    fn of(target: &Target<'_>) -> Self {
+        match target {
+            Target::OutcomeUnknown { since } => TargetColumns {
+                name: "outcome_unknown",
+                since: Some(to_sql(*since)),
+                ..TargetColumns::default()
+            },
+            Target::Completed { outcome, source } => TargetColumns {
+                name: "completed",
+                outcome: Some(outcome.as_str().to_owned()),
+                source: Some(source.as_str()),
+                ..TargetColumns::default()
+            },
+            Target::NotApplied => TargetColumns {
+                name: "not_applied",
+                ..TargetColumns::default()
+            },
+            Target::AwaitingApproval => TargetColumns {
+                name: "awaiting_approval",
+                ..TargetColumns::default()
+            },
+            Target::Approved { decided_at, until } => TargetColumns {
+                name: "approved",
+                approval_at: Some(to_sql(*decided_at)),
+                approval_until: Some(to_sql(*until)),
+                ..TargetColumns::default()
+            },
+            Target::InProgress {
+                owner,
+                lease_until,
+                fence,
+            } => TargetColumns {
+                name: "in_progress",
+                owner: Some(owner_to_sql(*owner)),
+                lease_until: Some(to_sql(*lease_until)),
+                fence: Some(fence_to_sql(*fence)),
+                ..TargetColumns::default()
+            },
+        }
     }
 }

@@ -1,6 +1,6 @@
 //! What schema 4 added to the statements: liveness (S8), the history columns (U7) and the
 //! operator's compare-and-set, [`Store::transition`](crate::store::Store::transition) (U2,
-//! U6).
+//! U6), which schema 5 extends to the approval states (A2–A4).
 //!
 //! A row's history is three columns: `history`, the entries' stored lines
 //! ([`HistoryEntry::to_json`](crate::store::HistoryEntry::to_json)) joined by `\n`, oldest
@@ -114,6 +114,8 @@ enum SeenValues {
         lease_until: i64,
     },
     NotApplied,
+    AwaitingApproval,
+    Approved,
 }
 
 /// The state a transition moves to, as stored.
@@ -126,6 +128,16 @@ enum TargetValues {
         source: &'static str,
     },
     NotApplied,
+    AwaitingApproval,
+    Approved {
+        decided_at: i64,
+        until: i64,
+    },
+    InProgress {
+        owner: String,
+        lease_until: i64,
+        fence: i64,
+    },
 }
 
 /// The parameters of a transition, owned so that they can move to the blocking pool.
@@ -137,6 +149,16 @@ pub(super) struct TransitionValues {
     now: i64,
     expires_at: i64,
     entry: String,
+}
+
+/// The `SET` assignments that clear every state column but `approval_at`, before an
+/// approval state's: an approval holds no owner, lease, unknown mark, outcome or decision
+/// (A2, A3).
+macro_rules! approval_clears {
+    () => {
+        "owner = NULL, lease_until = NULL, unknown_since = NULL, outcome = NULL,
+    completed_at = NULL, source = NULL, decided_at = NULL, "
+    };
 }
 
 impl TransitionValues {
@@ -154,6 +176,8 @@ impl TransitionValues {
                     lease_until: to_sql(lease_until),
                 },
                 Seen::NotApplied => SeenValues::NotApplied,
+                Seen::AwaitingApproval => SeenValues::AwaitingApproval,
+                Seen::Approved => SeenValues::Approved,
             },
             target: match &req.target {
                 Target::OutcomeUnknown { since } => TargetValues::OutcomeUnknown {
@@ -164,6 +188,20 @@ impl TransitionValues {
                     source: source.as_str(),
                 },
                 Target::NotApplied => TargetValues::NotApplied,
+                Target::AwaitingApproval => TargetValues::AwaitingApproval,
+                Target::Approved { decided_at, until } => TargetValues::Approved {
+                    decided_at: to_sql(*decided_at),
+                    until: to_sql(*until),
+                },
+                Target::InProgress {
+                    owner,
+                    lease_until,
+                    fence,
+                } => TargetValues::InProgress {
+                    owner: owner_to_sql(*owner),
+                    lease_until: to_sql(*lease_until),
+                    fence: fence_to_sql(*fence),
+                },
             },
             now: to_sql(req.now),
             expires_at: to_sql(req.expires_at),
@@ -171,10 +209,40 @@ impl TransitionValues {
         }
     }
 
+    /// Whether the target may follow the seen state, as the memory store (the reference)
+    /// decides: outcome unknown only follows in progress (U1); completed and not applied
+    /// follow any state (U6, A3: a denial completes a record awaiting approval); awaiting
+    /// approval follows in progress (the request, A2) or approved (an expired approval,
+    /// A4); approved follows awaiting approval (the decision, A3) or in progress (a run
+    /// giving an approved key back, A4); in progress only follows approved (the run an
+    /// approval allows, A4).
+    fn follows(&self) -> bool {
+        match self.target {
+            TargetValues::OutcomeUnknown { .. } => {
+                matches!(self.seen, SeenValues::InProgress { .. })
+            }
+            TargetValues::Completed { .. } | TargetValues::NotApplied => true,
+            TargetValues::AwaitingApproval => matches!(
+                self.seen,
+                SeenValues::InProgress { .. } | SeenValues::Approved
+            ),
+            TargetValues::Approved { .. } => matches!(
+                self.seen,
+                SeenValues::InProgress { .. } | SeenValues::AwaitingApproval
+            ),
+            TargetValues::InProgress { .. } => matches!(self.seen, SeenValues::Approved),
+        }
+    }
+
     /// The `UPDATE` and its parameters, `None` when the target cannot follow the seen
-    /// state (outcome unknown only follows in progress). One text per pair of seen state
-    /// and target (7), each prepared once per connection.
+    /// state ([`follows`](Self::follows)). One text per pair of seen state (in progress
+    /// with or without a lease counting as two) and target it admits (21), each prepared
+    /// once per connection. Every target but the two approval states leaves the approval
+    /// columns `NULL`.
     fn statement(&self) -> Option<(String, Vec<(&'static str, Value)>)> {
+        if !self.follows() {
+            return None;
+        }
         let mut params = vec![
             (":key", Value::Text(self.key.clone())),
             (":fence", Value::Integer(self.fence)),
@@ -200,12 +268,11 @@ impl TransitionValues {
                  AND lease_until = :seen_lease_until"
             }
             SeenValues::NotApplied => "decided_at IS NOT NULL",
+            SeenValues::AwaitingApproval => "approval_at IS NOT NULL AND approval_until IS NULL",
+            SeenValues::Approved => "approval_until IS NOT NULL",
         };
         let set = match &self.target {
             TargetValues::OutcomeUnknown { since } => {
-                if !matches!(self.seen, SeenValues::InProgress { .. }) {
-                    return None;
-                }
                 params.push((":since", Value::Integer(*since)));
                 "unknown_since = :since"
             }
@@ -214,12 +281,40 @@ impl TransitionValues {
                 params.push((":source", Value::Text((*source).to_owned())));
                 params.push((":expires_at", Value::Integer(self.expires_at)));
                 "owner = NULL, lease_until = NULL, unknown_since = NULL, decided_at = NULL,
+    approval_at = NULL, approval_until = NULL,
     outcome = :outcome, completed_at = :now, source = :source,
     expires_at = MAX(expires_at, :expires_at)"
             }
             TargetValues::NotApplied => {
                 "owner = NULL, lease_until = NULL, unknown_since = NULL, outcome = NULL,
-    completed_at = NULL, source = NULL, decided_at = :now"
+    completed_at = NULL, source = NULL, approval_at = NULL, approval_until = NULL,
+    decided_at = :now"
+            }
+            TargetValues::AwaitingApproval => concat!(
+                approval_clears!(),
+                "approval_at = :now, approval_until = NULL"
+            ),
+            TargetValues::Approved { decided_at, until } => {
+                params.push((":decided_at", Value::Integer(*decided_at)));
+                params.push((":until", Value::Integer(*until)));
+                concat!(
+                    approval_clears!(),
+                    "approval_at = :decided_at, approval_until = :until"
+                )
+            }
+            TargetValues::InProgress {
+                owner,
+                lease_until,
+                fence,
+            } => {
+                params.push((":owner", Value::Text(owner.clone())));
+                params.push((":lease_until", Value::Integer(*lease_until)));
+                params.push((":new_fence", Value::Integer(*fence)));
+                params.push((":expires_at", Value::Integer(self.expires_at)));
+                "owner = :owner, lease_until = :lease_until, unknown_since = NULL,
+    outcome = NULL, completed_at = NULL, source = NULL, decided_at = NULL,
+    approval_at = NULL, approval_until = NULL,
+    fence = :new_fence, created_at = :now, expires_at = :expires_at"
             }
         };
         let sql = format!(
@@ -254,3 +349,6 @@ pub(super) fn transition(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod approval_tests;

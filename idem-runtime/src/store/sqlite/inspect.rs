@@ -11,7 +11,9 @@
 //! Expiry is judged with the `now` the caller passes in (S8), as everywhere in this store:
 //! a row is live while completed and unexpired, or not completed ([`live`]). A row's state
 //! is its effective state at that `now` (I7): a row in progress whose lease lapsed at or
-//! before it counts as outcome unknown.
+//! before it counts as outcome unknown; a row awaiting approval or approved (A6) is in
+//! that state whatever the time (it has no owner and no lease), and its approval's
+//! `until` does not change it.
 
 use std::path::Path;
 
@@ -46,6 +48,8 @@ const STATS: &str = concat!(
     "
 SELECT tool, CASE WHEN outcome IS NOT NULL THEN 'completed'
                   WHEN decided_at IS NOT NULL THEN 'not_applied'
+                  WHEN approval_until IS NOT NULL THEN 'approved'
+                  WHEN approval_at IS NOT NULL THEN 'awaiting_approval'
                   WHEN unknown_since IS NOT NULL OR lease_until <= :now THEN 'outcome_unknown'
                   ELSE 'in_progress' END AS state,
        COUNT(*)
@@ -159,7 +163,8 @@ fn text(value: &str) -> Value {
 /// The condition of rows whose effective state at `:now` is `state` (I7), as
 /// [`StateFilter::at`] decides and [`STATS`] tells the states apart: an owner marks a row
 /// in progress or outcome unknown, and a lease that lapsed at or before `:now` makes one in
-/// progress count as outcome unknown.
+/// progress count as outcome unknown; `approval_at` alone marks a row awaiting approval,
+/// with `approval_until` approved (A6).
 fn state_sql(state: StateFilter) -> &'static str {
     match state {
         StateFilter::Completed => "outcome IS NOT NULL",
@@ -170,6 +175,8 @@ fn state_sql(state: StateFilter) -> &'static str {
         StateFilter::InProgress => {
             "owner IS NOT NULL AND unknown_since IS NULL AND lease_until > :now"
         }
+        StateFilter::AwaitingApproval => "approval_at IS NOT NULL AND approval_until IS NULL",
+        StateFilter::Approved => "approval_until IS NOT NULL",
     }
 }
 
@@ -328,6 +335,8 @@ pub(super) fn stats(
             StateFilter::OutcomeUnknown,
             StateFilter::Completed,
             StateFilter::NotApplied,
+            StateFilter::AwaitingApproval,
+            StateFilter::Approved,
         ]
         .into_iter()
         .find(|s| s.as_str() == state)

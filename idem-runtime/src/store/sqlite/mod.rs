@@ -4,7 +4,7 @@
 //! feature, which links `libsqlite3-sys` 0.30: the version sqlx 0.8 links, so this store
 //! and sqlx's SQLite driver can sit in one build (cargo allows one `libsqlite3-sys`).
 //!
-//! # Schema (version 4)
+//! # Schema (version 5)
 //!
 //! Created on first use, inside one `BEGIN IMMEDIATE` transaction, next to any tables the
 //! file already holds (every name starts with `idem_`). The file then holds:
@@ -12,7 +12,7 @@
 //! ```sql
 //! CREATE TABLE idem_meta (
 //!     name  TEXT PRIMARY KEY NOT NULL,  -- 'schema_version'
-//!     value INTEGER NOT NULL            -- 4
+//!     value INTEGER NOT NULL            -- 5
 //! );
 //! CREATE TABLE "idem_records" (
 //!     key             TEXT PRIMARY KEY NOT NULL, -- the idempotency key (64 hex digits)
@@ -34,22 +34,32 @@
 //!                               -- ('' for global)
 //!     key_args        TEXT,     -- audited tools only: the canonical JSON of the key
 //!                               -- arguments (P2); NULL otherwise
-//!     source          TEXT,     -- completed: 'executed', 'reconciled' or 'resolved' (U6);
+//!     source          TEXT,     -- completed: 'executed', 'reconciled', 'resolved' (U6) or
+//!                               -- 'denied' (A3);
 //!                               -- NULL in a row completed before version 4: executed
 //!     decided_at      INTEGER,  -- not applied: when a person decided so, ms (U6)
 //!     -- the history (U7): NULL / 0 / 0 in a row written before version 4
 //!     history         TEXT,     -- the entries' JSON lines joined by '\n', oldest first
 //!     history_len     INTEGER NOT NULL DEFAULT 0 CHECK (history_len >= 0),  -- lines held
 //!     history_dropped INTEGER NOT NULL DEFAULT 0 CHECK (history_dropped >= 0), -- dropped
+//!     -- the approval (A2, A3): NULL in a row written before version 5
+//!     approval_at     INTEGER,  -- awaiting approval: since when; approved: when, ms
+//!     approval_until  INTEGER,  -- approved: when the approval expires, ms
 //!     CHECK ((owner IS NOT NULL AND lease_until IS NOT NULL               -- in progress,
 //!             AND outcome IS NULL AND completed_at IS NULL                -- outcome unknown
-//!             AND source IS NULL AND decided_at IS NULL)
+//!             AND source IS NULL AND decided_at IS NULL
+//!             AND approval_at IS NULL AND approval_until IS NULL)
 //!         OR (owner IS NULL AND lease_until IS NULL AND unknown_since IS NULL  -- completed
 //!             AND outcome IS NOT NULL AND completed_at IS NOT NULL
-//!             AND decided_at IS NULL)
+//!             AND decided_at IS NULL AND approval_at IS NULL AND approval_until IS NULL)
 //!         OR (owner IS NULL AND lease_until IS NULL AND unknown_since IS NULL  -- not applied
 //!             AND outcome IS NULL AND completed_at IS NULL
-//!             AND source IS NULL AND decided_at IS NOT NULL))
+//!             AND source IS NULL AND decided_at IS NOT NULL
+//!             AND approval_at IS NULL AND approval_until IS NULL)
+//!         OR (owner IS NULL AND lease_until IS NULL AND unknown_since IS NULL  -- awaiting
+//!             AND outcome IS NULL AND completed_at IS NULL               -- approval,
+//!             AND source IS NULL AND decided_at IS NULL                  -- approved
+//!             AND approval_at IS NOT NULL))
 //! );
 //! -- garbage (G1): completed rows only, the only ones that expire
 //! CREATE INDEX idem_records_expires_at ON idem_records (expires_at) WHERE outcome IS NOT NULL;
@@ -59,8 +69,9 @@
 //! ```
 //!
 //! A row is in progress when `owner` is set and `unknown_since` is not, outcome unknown
-//! when both are set, completed when `outcome` is set, and not applied when `decided_at`
-//! is set. Times are whole milliseconds since the Unix epoch, the unit of [`Timestamp`];
+//! when both are set, completed when `outcome` is set, not applied when `decided_at` is
+//! set, awaiting approval when `approval_at` is set and `approval_until` is not, and
+//! approved when both are set. Times are whole milliseconds since the Unix epoch, the unit of [`Timestamp`];
 //! an instant at or past `i64::MAX` ms (year 292 million, reached only by a saturated
 //! `now + ttl`) is stored as `i64::MAX`, so such a record never expires for any `now`
 //! before that year (instants at or past it compare equal). Fences are stored as integers
@@ -98,6 +109,11 @@
 //! history until its next transition (P4). The rebuild reads and writes every row once
 //! while holding the file's write lock; a row the new `CHECK` refuses (only one that broke
 //! version 3's) fails the whole set-up and leaves the file as it was.
+//! Version 4 becomes version 5 by the same rebuild (into `idem_records_v5`, copying the
+//! version-4 columns), since version 4's `CHECK` forbids the approval states (no owner, no
+//! outcome, no decision); adding `approval_at` and `approval_until` with `ALTER TABLE`
+//! alone would leave it in force. Every stored record keeps its state, fence, label,
+//! source and history, and keeps replaying (P4); both approval columns are `NULL`.
 //! An older file runs every step from its version in the one transaction. A new file is
 //! created as version 1 and migrated by the same steps, so new and migrated files have one
 //! schema. A file of a newer version (or of a version no build wrote) is refused with
@@ -107,7 +123,7 @@
 //! treat records that are not completed as expiring): upgrade every process that shares a
 //! file together.
 //!
-//! # Operations (S2, S6, S8, F1, L1, U1, U6, U7)
+//! # Operations (S2, S6, S8, F1, L1, U1, U6, U7, A2–A4)
 //!
 //! A row is live while it is completed and `expires_at > now`, or not completed, whatever
 //! its `expires_at` (S8): `(expires_at > :now OR outcome IS NULL)` in every statement that
@@ -121,16 +137,23 @@
 //!   the statement knows the fence) and, when nothing was written, reads the live row; if
 //!   that row is not applied with the claim's fingerprint (U6), an `UPDATE … RETURNING
 //!   fence` makes it in progress with its fence + 1 and appends the `claimed` entry
-//!   ([`Claim::Acquired`] with `reopened: true`). Otherwise the row is returned untouched.
+//!   ([`Claim::Acquired`] with `reopened: true`). Otherwise the row is returned untouched
+//!   ([`Claim::Existing`]), a row awaiting approval or approved included (A2, A4).
 //! - take over, renew, mark unknown, complete, release: one compare-and-set statement
 //!   each, `UPDATE/DELETE … WHERE key = ? AND owner = ? …` (a row with an owner is never
 //!   completed, hence always live). Take over also matches the seen lease deadline and
 //!   accepts a row in progress or outcome unknown; the others accept only a row in progress
 //!   (`unknown_since IS NULL`). Take over, mark unknown and complete append their entry;
 //!   complete also writes `source`; renew writes no entry.
-//! - transition ([`Store::transition`], U2, U6): one `UPDATE … WHERE key = ? AND fence = ?
-//!   AND <live> AND <the seen state>` that sets the target state's columns and appends the
-//!   entry (one statement text per pair of seen state and target).
+//! - transition ([`Store::transition`], U2, U6, A2–A4): one `UPDATE … WHERE key = ? AND
+//!   fence = ? AND <live> AND <the seen state>` that sets the target state's columns and
+//!   appends the entry (one statement text per pair of seen state and target). Awaiting
+//!   approval (from in progress or approved) sets `approval_at` to the request's now;
+//!   approved (from awaiting approval or in progress) sets `approval_at` and
+//!   `approval_until`; both clear owner and lease and keep the fence. In progress (only
+//!   from approved) sets owner, lease, the given fence, `created_at` and `expires_at`.
+//!   Every other target, completed (also a denial, from awaiting approval) and not applied
+//!   included, clears both approval columns.
 //! - history ([`Store::history`], U7): one `SELECT` of the history columns of the live row.
 //! - claim and take over write the label columns (P1); a claim over an expired row and a
 //!   takeover replace them, so a takeover of a row written before version 3 labels it.
@@ -144,7 +167,8 @@
 //! [`ListQuery::oldest_first`](super::ListQuery::oldest_first), the cursor then bounding
 //! from below) and limited to the page size + 1 (the extra row says whether a next page
 //! exists). The state filter and the counts use the effective state at `now` (I7): a row
-//! in progress whose `lease_until <= now` is outcome unknown. A scope prefix with text `P`
+//! in progress whose `lease_until <= now` is outcome unknown; one awaiting approval or
+//! approved is in that state whatever its `approval_until` (A6). A scope prefix with text `P`
 //! selects `scope = P` and the range `P/ <= scope < P0` (`0` is the byte after `/`):
 //! exactly the scopes whose parts begin with the prefix's, never a `LIKE`. A tool filter is
 //! served by the `(tool, created_at, key)` index, which also yields the order; a scope
@@ -159,7 +183,8 @@
 //!
 //! Reads treat an expired completed row as absent at once; rows are deleted later, and
 //! never while live. A row that is not completed (in progress, outcome unknown, not
-//! applied) is never deleted by collection: it waits for a call, a decision or a purge.
+//! applied, awaiting approval, approved) is never deleted by collection: it waits for a
+//! call, a decision or a purge.
 //! Every 1024 claims of a store, the claim's transaction deletes at most 256 completed
 //! rows whose `expires_at` is at or before the cutoff
 //! `min(claim's now, this machine's wall clock) − GC_DRIFT_MARGIN_MS − 1 ms`
@@ -233,9 +258,9 @@ const COLLECT_EVERY: u64 = 1024;
 /// How many garbage rows one garbage collection during a claim deletes at most.
 const COLLECT_BATCH: i64 = 256;
 
-/// How many prepared statements a connection keeps: every operation's (12) and the seven
+/// How many prepared statements a connection keeps: every operation's (12) and the 21
 /// transitions', with room to spare, so that none is prepared again (rusqlite keeps 16).
-const STATEMENT_CACHE: usize = 32;
+const STATEMENT_CACHE: usize = 48;
 
 const BACKEND: &str = "sqlite";
 
@@ -524,8 +549,8 @@ impl Store for SqliteStore {
     /// One `BEGIN IMMEDIATE` transaction (one round trip): `DELETE … WHERE key = ? AND
     /// <live> AND (force OR completed) RETURNING …` by the primary key, and, when it
     /// deleted nothing, a read of the row by the primary key to tell a kept record (not
-    /// completed: in progress, outcome unknown or not applied) from an absent one: O(log
-    /// rows). An expired completed row is not deleted here but left to garbage collection,
+    /// completed: in progress, outcome unknown, not applied, awaiting approval or approved)
+    /// from an absent one: O(log rows). An expired completed row is not deleted here but left to garbage collection,
     /// which judges by this machine's clock too (G1).
     fn purge<'a>(
         &'a self,

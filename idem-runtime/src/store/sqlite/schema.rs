@@ -11,7 +11,7 @@ use crate::store::{StoreError, StoreErrorKind};
 
 /// The schema version this build writes, and the newest it reads; files of older versions
 /// are migrated to it when opened (see the module documentation).
-pub const SQLITE_SCHEMA_VERSION: i64 = 4;
+pub const SQLITE_SCHEMA_VERSION: i64 = 5;
 
 /// How long a statement waits for another connection's write lock before failing.
 pub(super) const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -78,22 +78,76 @@ CREATE TABLE idem_records_v4 (
 );
 ";
 
+/// Version 5's records table (A2, A3), built under a temporary name by the 4 → 5
+/// migration and then renamed: the columns of version 4 in their order, then
+/// `approval_at` and `approval_until`, and a table `CHECK` that also admits the two
+/// approval states (no owner, no outcome, no decision, `approval_at` set), which version
+/// 4's forbids; every other state requires both approval columns `NULL`. SQLite cannot
+/// change a table's `CHECK` in place, so the table is rebuilt (adding the two columns
+/// alone would leave version 4's `CHECK` refusing every approval).
+const RECORDS_V5: &str = "
+CREATE TABLE idem_records_v5 (
+    key             TEXT PRIMARY KEY NOT NULL,
+    fingerprint     TEXT NOT NULL,
+    created_at      INTEGER NOT NULL,
+    expires_at      INTEGER NOT NULL,
+    owner           TEXT,
+    lease_until     INTEGER,
+    outcome         TEXT,
+    completed_at    INTEGER,
+    fence           INTEGER NOT NULL DEFAULT 1 CHECK (fence >= 1),
+    unknown_since   INTEGER,
+    tool            TEXT,
+    namespace       TEXT,
+    scope           TEXT,
+    key_args        TEXT,
+    source          TEXT,
+    decided_at      INTEGER,
+    history         TEXT,
+    history_len     INTEGER NOT NULL DEFAULT 0 CHECK (history_len >= 0),
+    history_dropped INTEGER NOT NULL DEFAULT 0 CHECK (history_dropped >= 0),
+    approval_at     INTEGER,
+    approval_until  INTEGER,
+    CHECK ((owner IS NOT NULL AND lease_until IS NOT NULL
+            AND outcome IS NULL AND completed_at IS NULL
+            AND source IS NULL AND decided_at IS NULL
+            AND approval_at IS NULL AND approval_until IS NULL)
+        OR (owner IS NULL AND lease_until IS NULL AND unknown_since IS NULL
+            AND outcome IS NOT NULL AND completed_at IS NOT NULL
+            AND decided_at IS NULL AND approval_at IS NULL AND approval_until IS NULL)
+        OR (owner IS NULL AND lease_until IS NULL AND unknown_since IS NULL
+            AND outcome IS NULL AND completed_at IS NULL
+            AND source IS NULL AND decided_at IS NOT NULL
+            AND approval_at IS NULL AND approval_until IS NULL)
+        OR (owner IS NULL AND lease_until IS NULL AND unknown_since IS NULL
+            AND outcome IS NULL AND completed_at IS NULL
+            AND source IS NULL AND decided_at IS NULL
+            AND approval_at IS NOT NULL))
+);
+";
+
 /// The columns of version 3, which the 3 → 4 migration copies row by row.
 const COLUMNS_V3: &str = "key, fingerprint, created_at, expires_at, owner, lease_until, outcome, \
      completed_at, fence, unknown_since, tool, namespace, scope, key_args";
 
-/// Version 4's indexes, created on the rebuilt table. Garbage collection deletes only
-/// completed rows (G1), so the expiry index holds only those: rows that are not completed
-/// never expire (S8) and would otherwise pile up at the front of the index it scans.
-const INDEXES_V4: &str = "
+/// The columns of version 4, which the 4 → 5 migration copies row by row.
+const COLUMNS_V4: &str = "key, fingerprint, created_at, expires_at, owner, lease_until, outcome, \
+     completed_at, fence, unknown_since, tool, namespace, scope, key_args, source, decided_at, \
+     history, history_len, history_dropped";
+
+/// The indexes of versions 4 and 5, created on each rebuilt table. Garbage collection
+/// deletes only completed rows (G1), so the expiry index holds only those: rows that are
+/// not completed never expire (S8) and would otherwise pile up at the front of the index
+/// it scans.
+const INDEXES: &str = "
 CREATE INDEX idem_records_expires_at ON idem_records (expires_at) WHERE outcome IS NOT NULL;
 CREATE INDEX idem_records_created_at ON idem_records (created_at, key);
 CREATE INDEX idem_records_tool ON idem_records (tool, created_at, key);
 CREATE INDEX idem_records_scope ON idem_records (scope);
 ";
 
-/// The names of [`INDEXES_V4`]: every other index or trigger on the records table is
-/// someone else's, which the rebuild re-creates as it was.
+/// The names of [`INDEXES`]: every other index or trigger on the records table is
+/// someone else's, which a rebuild re-creates as it was.
 const OWN_INDEXES: [&str; 4] = [
     "idem_records_expires_at",
     "idem_records_created_at",
@@ -118,11 +172,17 @@ type Migration = fn(&Transaction<'_>) -> rusqlite::Result<()>;
 /// prefix (`IF NOT EXISTS`: an index of that name the file already has is left as it is).
 ///
 /// 3 → 4 (the not-applied state and the outcome's source U6, the history U7, S8, G1): the
-/// table is rebuilt ([`rebuild_v4`]), since its `CHECK` must change.
+/// table is rebuilt ([`rebuild`] into [`RECORDS_V4`]), since its `CHECK` must change.
+///
+/// 4 → 5 (the approval states A2, A3): the table is rebuilt again ([`rebuild`] into
+/// [`RECORDS_V5`]) with the two columns `approval_at` and `approval_until`, `NULL` in every
+/// copied row, since the `CHECK` must admit the approval states. Every record keeps its
+/// state, fence, label, source and history.
 const MIGRATIONS: [Migration; (SQLITE_SCHEMA_VERSION - 1) as usize] = [
     |tx| tx.execute_batch(V1_TO_V2),
     |tx| tx.execute_batch(V2_TO_V3),
-    rebuild_v4,
+    |tx| rebuild(tx, RECORDS_V4, "idem_records_v4", COLUMNS_V3),
+    |tx| rebuild(tx, RECORDS_V5, "idem_records_v5", COLUMNS_V4),
 ];
 
 /// The 1 → 2 step (see [`MIGRATIONS`]).
@@ -144,19 +204,20 @@ CREATE INDEX IF NOT EXISTS idem_records_tool ON idem_records (tool, created_at, 
 CREATE INDEX IF NOT EXISTS idem_records_scope ON idem_records (scope);
 ";
 
-/// The 3 → 4 step, SQLite's documented way of changing a table's constraints
+/// The 3 → 4 and 4 → 5 steps, SQLite's documented way of changing a table's constraints
 /// (<https://www.sqlite.org/lang_altertable.html#otheralter>), inside the caller's
 /// transaction: note the indexes and triggers on `idem_records` that are not idem's own;
-/// create [`RECORDS_V4`] as `idem_records_v4`; copy every row (`INSERT … SELECT` of the
-/// version-3 columns: each keeps its state, fence and label, and gets no source, which
-/// reads as executed, and an empty history); drop the old table (and with it its indexes
+/// create the new table by `create` as `temp`; copy every row (`INSERT … SELECT` of
+/// `columns`, the old version's: each keeps its state, fence, label and, from version 4 on,
+/// its source and history; the new columns get their defaults: no source, which reads as
+/// executed, an empty history, no approval); drop the old table (and with it its indexes
 /// and triggers); rename the new one (with `legacy_alter_table` on, so that a view of
 /// someone else's that names `idem_records` is neither rewritten nor checked, and names
-/// the new table afterwards); create [`INDEXES_V4`]; re-create the noted indexes and
-/// triggers. A row the new `CHECK` refuses (only a row that broke version 3's) fails the
+/// the new table afterwards); create [`INDEXES`]; re-create the noted indexes and
+/// triggers. A row the new `CHECK` refuses (only a row that broke the old one) fails the
 /// copy, and with it the whole set-up: the file is left as it was. Reads and writes every
 /// row once, holding the file's write lock.
-fn rebuild_v4(tx: &Transaction<'_>) -> rusqlite::Result<()> {
+fn rebuild(tx: &Transaction<'_>, create: &str, temp: &str, columns: &str) -> rusqlite::Result<()> {
     let foreign: Vec<String> = {
         let mut statement = tx.prepare(
             "SELECT name, sql FROM sqlite_master
@@ -174,15 +235,15 @@ fn rebuild_v4(tx: &Transaction<'_>) -> rusqlite::Result<()> {
         }
         foreign
     };
-    tx.execute_batch(RECORDS_V4)?;
+    tx.execute_batch(create)?;
     tx.execute_batch(&format!(
-        "INSERT INTO idem_records_v4 ({COLUMNS_V3}) SELECT {COLUMNS_V3} FROM idem_records;
+        "INSERT INTO {temp} ({columns}) SELECT {columns} FROM idem_records;
          DROP TABLE idem_records;
          PRAGMA legacy_alter_table = ON;
-         ALTER TABLE idem_records_v4 RENAME TO idem_records;
+         ALTER TABLE {temp} RENAME TO idem_records;
          PRAGMA legacy_alter_table = OFF;"
     ))?;
-    tx.execute_batch(INDEXES_V4)?;
+    tx.execute_batch(INDEXES)?;
     for sql in foreign {
         tx.execute_batch(&sql)?;
     }

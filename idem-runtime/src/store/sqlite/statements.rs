@@ -26,7 +26,8 @@ macro_rules! next_fence {
 }
 
 /// Insert if absent, or replace an expired completed row (S2, S8): only a completed row
-/// expires, so a row in any other state is live and conflicts. A new key gets fence 1; a
+/// expires, so a row in any other state (awaiting approval and approved included, A2) is
+/// live and conflicts. A new key gets fence 1; a
 /// claim over an expired row gets its fence + 1, saturating at `i64::MAX` (F1). The
 /// history starts over with one `claimed` entry (U7). Returns the new fence, or no row
 /// when a live record holds the key (nothing written).
@@ -50,6 +51,8 @@ ON CONFLICT (key) DO UPDATE SET
     completed_at = NULL,
     source = NULL,
     decided_at = NULL,
+    approval_at = NULL,
+    approval_until = NULL,
     tool = excluded.tool,
     namespace = excluded.namespace,
     scope = excluded.scope,
@@ -97,7 +100,8 @@ RETURNING fence
 macro_rules! record_columns {
     () => {
         "fingerprint, created_at, expires_at, fence, owner, lease_until, unknown_since,
-       outcome, completed_at, source, decided_at, tool, namespace, scope, key_args"
+       outcome, completed_at, source, decided_at, approval_at, approval_until,
+       tool, namespace, scope, key_args"
     };
 }
 pub(super) use record_columns;
@@ -195,7 +199,8 @@ impl ClaimValues {
 
 /// One `BEGIN IMMEDIATE` transaction: [`CLAIM`] (insert if absent or expired); when it
 /// wrote nothing, the live row, and [`REOPEN`] when that row is decided not applied with
-/// the claim's fingerprint (U6); and, when `collect` gives a cutoff, the deletion of at
+/// the claim's fingerprint (U6), else that row as [`Claim::Existing`] (a row awaiting
+/// approval or approved included: only a transition takes it, A2, A4); and, when `collect` gives a cutoff, the deletion of at
 /// most `batch` garbage rows ([`collect`]).
 pub(super) fn claim(
     conn: &mut Connection,
@@ -529,6 +534,8 @@ impl Row {
             completed_at: row.get("completed_at")?,
             source: row.get("source")?,
             decided_at: row.get("decided_at")?,
+            approval_at: row.get("approval_at")?,
+            approval_until: row.get("approval_until")?,
             label: SqlLabel {
                 tool: row.get("tool")?,
                 namespace: row.get("namespace")?,

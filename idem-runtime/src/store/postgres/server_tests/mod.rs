@@ -1,14 +1,17 @@
-//! Tests of the PostgreSQL store against a server (schema version 4: the upgrade from
-//! older versions, the history, the not-applied state, garbage collection), contract P4,
-//! U6, U7, G1, S8, I7.
+//! Tests of the PostgreSQL store against a server (schema version 5: the upgrade from
+//! older versions, the history, the not-applied and approval states, garbage collection),
+//! contract P4, U6, U7, G1, S8, I7, A2–A6.
 //!
 //! The server is `IDEM_TEST_POSTGRES_URL` (default `postgres://postgres@127.0.0.1:5432/test`).
 //! Every test works in a fresh schema `idem_unit_<32 hex digits>`, dropped when it is done.
 
+mod approval_matrix;
+mod approvals;
 mod decisions;
 mod gc;
 mod history;
 mod upgrade;
+mod upgrade_v4;
 
 use tokio_postgres::{NoTls, SimpleQueryMessage};
 

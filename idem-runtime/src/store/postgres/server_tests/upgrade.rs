@@ -1,5 +1,7 @@
-//! Upgrades of schemas of versions 1, 2 and 3 to version 4 (P4).
+//! Upgrades of schemas of versions 1, 2 and 3 to version 5 (P4); version 4's in
+//! `upgrade_v4`.
 
+use super::upgrade_v4::{SCHEMA_V4, V5_COLUMNS};
 use super::{at, claim, fp, history, key, label, read, resolved, unknown, Schema};
 use crate::envelope::Envelope;
 use crate::store::postgres::POSTGRES_SCHEMA_VERSION;
@@ -89,17 +91,18 @@ const SCHEMA_V3: &str = "
     CREATE INDEX records_scope ON {schema}.records (scope);
     INSERT INTO {schema}.meta (name, value) VALUES ('schema_version', 3);";
 
-/// The columns version 4 adds, in order.
-const V4_COLUMNS: &str = "source,decided_at,history,history_len,history_dropped";
+/// The columns versions 4 and 5 add, in order.
+const V4_V5_COLUMNS: &str =
+    "source,decided_at,history,history_len,history_dropped,approval_at,approval_until";
 
-// pins P4, U6, U7, S3: a schema of version 3, written by hand as that build wrote it, is
-// upgraded in place to version 4 on first use (five columns; the unnamed state check replaced
+// pins P4, U6, U7, S3, A2: a schema of version 3, written by hand as that build wrote it, is
+// upgraded in place to version 5 on first use (seven columns; the unnamed state check replaced
 // by `records_state`, which admits a not-applied row); every old record is kept: a completed
 // one replays with source executed and an empty history, an unknown one can be decided not
 // applied and re-claimed, one in progress completes, an expired one is claimed afresh; a store
 // opened later changes nothing
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_version_3_schema_is_upgraded_to_4_in_place() {
+async fn a_version_3_schema_is_upgraded_to_5_in_place() {
     let schema = Schema::fresh();
     schema.admin(SCHEMA_V3).await;
     let (done, running, held, expired) = (key(1), key(2), key(3), key(4));
@@ -129,8 +132,12 @@ async fn a_version_3_schema_is_upgraded_to_4_in_place() {
     let store = schema.store();
     let old_done = read(&store, &done, 5_000).await;
     assert_eq!(schema.version().await, Some(POSTGRES_SCHEMA_VERSION));
-    assert_eq!(POSTGRES_SCHEMA_VERSION, 4);
-    assert_eq!(schema.columns_after(14).await.as_deref(), Some(V4_COLUMNS));
+    assert_eq!(POSTGRES_SCHEMA_VERSION, 5);
+    assert_eq!(
+        schema.columns_after(14).await.as_deref(),
+        Some(V4_V5_COLUMNS)
+    );
+    assert!(V4_V5_COLUMNS.ends_with(V5_COLUMNS));
     assert_eq!(
         schema.checks().await.as_deref(),
         Some("records_fence_positive,records_state,records_unknown_has_owner"),
@@ -247,22 +254,28 @@ async fn a_version_3_schema_is_upgraded_to_4_in_place() {
         vec![HistoryEntry::claimed(at(6_000), 6, fresh)]
     );
 
-    // a store opened later finds version 4 and changes nothing
+    // a store opened later finds version 5 and changes nothing
     assert_eq!(read(&schema.store(), &done, 5_000).await, old_done);
     assert_eq!(schema.version().await, Some(POSTGRES_SCHEMA_VERSION));
 }
 
-// pins P4, U6: schemas of versions 1 and 2 reach version 4 in one upgrade, with the same
+// pins P4, U6, A2: schemas of versions 1 to 4 reach version 5 in one upgrade, with the same
 // columns and checks as a schema created by this build, and a record written by the old
-// build can be marked unknown, decided not applied and re-claimed
+// build can be marked unknown, decided not applied, re-claimed, and then await approval (a
+// row only the new state check admits)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_older_schema_reaches_version_4() {
+async fn every_older_schema_reaches_version_5() {
     let created = Schema::fresh();
     let store = created.store();
     assert_eq!(store.read(&key(1), at(1)).await, Ok(None));
     let (all_columns, all_checks) = (created.columns_after(0).await, created.checks().await);
-    assert_eq!(created.version().await, Some(4));
-    for (ddl, version) in [(SCHEMA_V1, 1), (SCHEMA_V2, 2), (SCHEMA_V3, 3)] {
+    assert_eq!(created.version().await, Some(5));
+    for (ddl, version) in [
+        (SCHEMA_V1, 1),
+        (SCHEMA_V2, 2),
+        (SCHEMA_V3, 3),
+        (SCHEMA_V4, 4),
+    ] {
         let schema = Schema::fresh();
         schema.admin(ddl).await;
         let (k, owner, f) = (key(9), OwnerToken::random(), fp(3));
@@ -278,7 +291,7 @@ async fn every_older_schema_reaches_version_4() {
         let store = schema.store();
         // in progress, its lease lapsed and its expiry passed: still live (S8)
         let old = read(&store, &k, 3_000).await;
-        assert_eq!(schema.version().await, Some(4), "from version {version}");
+        assert_eq!(schema.version().await, Some(5), "from version {version}");
         assert_eq!(
             schema.columns_after(0).await,
             all_columns,
@@ -322,17 +335,37 @@ async fn every_older_schema_reaches_version_4() {
             Ok(true),
             "from version {version}"
         );
-        let label = label();
+        let (label, again) = (label(), OwnerToken::random());
         assert_eq!(
-            store
-                .claim(claim(&k, &f, OwnerToken::random(), 4_000, &label))
-                .await,
+            store.claim(claim(&k, &f, again, 4_000, &label)).await,
             Ok(Claim::Acquired {
                 fence: 2,
                 reopened: true
             }),
             "from version {version}"
         );
-        assert_eq!(history(&store, &k, 4_000).await.entries.len(), 3);
+        let requested = HistoryEntry::new(at(4_000), HistoryEvent::ApprovalRequested, 2);
+        let request = TransitionRequest {
+            key: &k,
+            fence: 2,
+            seen: Seen::InProgress {
+                owner: again,
+                lease_until: None,
+            },
+            target: Target::AwaitingApproval,
+            now: at(4_000),
+            expires_at: at(4_000),
+            entry: requested,
+        };
+        assert_eq!(
+            store.transition(request).await,
+            Ok(true),
+            "from version {version}"
+        );
+        assert_eq!(
+            read(&store, &k, 4_000).await.state,
+            RecordState::AwaitingApproval { since: at(4_000) }
+        );
+        assert_eq!(history(&store, &k, 4_000).await.entries.len(), 4);
     }
 }

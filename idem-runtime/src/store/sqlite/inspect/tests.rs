@@ -4,18 +4,19 @@ use std::path::Path;
 
 use rusqlite::Connection;
 
-use super::{list, list_sql, purge, purge_matching, Filter};
+use super::{list, list_sql, purge, purge_matching, stats, Filter};
 use crate::clock::Timestamp;
 use crate::key::IdempotencyKey;
 use crate::label::{RecordLabel, ScopePath};
 use crate::store::sqlite::statements::{self, ClaimValues};
 use crate::store::{
     ClaimRequest, Completion, KeyedRecord, ListCursor, ListPage, ListQuery, OwnerToken,
-    PurgeCounts, PurgeOutcome, StateFilter,
+    PurgeCounts, PurgeOutcome, StateFilter, StoreStats,
 };
 
 use crate::store::sqlite::statements::tests::{
-    at, complete_at, database, fingerprint, key, mark_unknown_at, not_applied_at, PATH,
+    approved_at, at, awaiting_approval_at, complete_at, database, fingerprint, key,
+    mark_unknown_at, not_applied_at, PATH,
 };
 
 /// The details of `EXPLAIN QUERY PLAN` for `sql` with `filter`'s parameters.
@@ -160,15 +161,16 @@ fn scopes() -> Vec<ScopePath> {
 /// namespace, in every state at `at(50)`: completed (live, and expired at `at(40)`),
 /// outcome unknown (marked, and in progress with a lease that lapsed at `at(30)`), in
 /// progress (also overdue: expired at `at(40)` but live, S8), not applied (also
-/// overdue); some created at one instant, some written before labels existed (no
-/// label). Returns the keys.
+/// overdue), awaiting approval (also without a label) and approved (also overdue, and
+/// past its approval's `until`, A6); some created at one instant, some written before
+/// labels existed (no label). Returns the keys.
 fn populated() -> (Connection, Vec<IdempotencyKey>) {
     let mut conn = database();
     let path = Path::new(PATH);
     let mut keys = Vec::new();
     let mut n = 0u64;
     for scope in scopes() {
-        for round in 0..8u64 {
+        for round in 0..10u64 {
             n += 1;
             let k = key(n * 7919 % 1000);
             let owner = OwnerToken::random();
@@ -179,7 +181,7 @@ fn populated() -> (Connection, Vec<IdempotencyKey>) {
                 key_args: None,
             };
             let created = 10 + n % 4; // ties on created_at
-            let expires = if matches!(round, 3 | 5 | 7) {
+            let expires = if matches!(round, 3 | 5 | 7 | 9) {
                 40
             } else {
                 1_000
@@ -199,9 +201,13 @@ fn populated() -> (Connection, Vec<IdempotencyKey>) {
                 0 | 3 => assert_eq!(complete_at(&conn, &k, owner, 20), Completion::Saved),
                 1 => assert!(mark_unknown_at(&conn, &k, owner, 20)),
                 6 | 7 => assert!(not_applied_at(&conn, &k, owner, 1, 20)),
+                8 | 9 => assert!(awaiting_approval_at(&conn, &k, owner, 1, 20)),
                 _ => {}
             }
-            if round == 4 || round == 6 {
+            if round == 9 {
+                assert!(approved_at(&conn, &k, 1, 25, 30 + n % 40));
+            }
+            if round == 4 || round == 6 || round == 8 {
                 conn.execute(
                     "UPDATE idem_records SET tool = NULL, namespace = NULL, scope = NULL
                      WHERE key = ?1",
@@ -241,6 +247,8 @@ fn queries() -> Vec<ListQuery> {
                     Some(StateFilter::OutcomeUnknown),
                     Some(StateFilter::Completed),
                     Some(StateFilter::NotApplied),
+                    Some(StateFilter::AwaitingApproval),
+                    Some(StateFilter::Approved),
                 ] {
                     for oldest_first in [false, true] {
                         queries.push(ListQuery {
@@ -267,11 +275,11 @@ fn queries() -> Vec<ListQuery> {
     queries
 }
 
-// pins I3, I7, S8: every page the SQL filters and cursor select is the page
+// pins I3, I7, S8, A6: every page the SQL filters and cursor select is the page
 // `ListQuery::matches` (the reference) selects, newest and oldest first, over scopes
 // whose texts sort next to each other, records with and without a label or namespace,
-// every effective state (lapsed leases as outcome unknown), ties on created_at, expired
-// completed records and overdue records that are not completed
+// every effective state (lapsed leases as outcome unknown, the approval states), ties on
+// created_at, expired completed records and overdue records that are not completed
 #[test]
 fn listing_selects_what_the_reference_matches() {
     let (conn, keys) = populated();
@@ -287,6 +295,8 @@ fn listing_selects_what_the_reference_matches() {
         StateFilter::OutcomeUnknown,
         StateFilter::Completed,
         StateFilter::NotApplied,
+        StateFilter::AwaitingApproval,
+        StateFilter::Approved,
     ] {
         assert!(all
             .iter()
@@ -314,9 +324,9 @@ fn listing_selects_what_the_reference_matches() {
     assert!(nonempty > 200, "the queries select records: {nonempty}");
 }
 
-// pins I4, I7: purging by filter deletes the completed records the reference matches and
-// keeps (and counts) the others (in progress, outcome unknown, not applied, overdue or
-// not) without force; with force it deletes every match
+// pins I4, I7, A6: purging by filter deletes the completed records the reference matches
+// and keeps (and counts) the others (in progress, outcome unknown, not applied, awaiting
+// approval, approved, overdue or not) without force; with force it deletes every match
 #[test]
 fn purging_by_filter_deletes_what_the_reference_matches() {
     let now = at(50);
@@ -378,7 +388,11 @@ fn purging_an_expired_record_leaves_it_to_collection() {
     assert_eq!(rows(&conn), held);
     // Overdue records that are not completed are live (S8): kept without force, deleted
     // with it.
-    for state in [StateFilter::InProgress, StateFilter::NotApplied] {
+    for state in [
+        StateFilter::InProgress,
+        StateFilter::NotApplied,
+        StateFilter::Approved,
+    ] {
         let overdue = live(&conn, &keys, at(50))
             .into_iter()
             .find(|r| {
@@ -401,4 +415,26 @@ fn purging_an_expired_record_leaves_it_to_collection() {
     let purged = purge(&mut conn, path, done.key.as_str(), false, at(50)).unwrap();
     assert_eq!(purged, PurgeOutcome::Deleted(done.record));
     assert_eq!(rows(&conn), held - 1);
+}
+
+// pins I5, I7, A6, S8: the counts by tool and effective state are the reference's
+// (`StateFilter::at` of every live record, by its tool, `""` without a label), the
+// approval states counted apart from in progress though they hold no lease; expired
+// completed records are not counted
+#[test]
+fn stats_count_what_the_reference_counts() {
+    let (conn, keys) = populated();
+    for now in [at(35), at(50)] {
+        let mut expected = StoreStats::default();
+        for r in live(&conn, &keys, now) {
+            let tool = r.record.label.as_ref().map_or("", |l| l.tool.as_str());
+            expected.add(tool, StateFilter::at(&r.record.state, now), 1);
+        }
+        assert!(expected.total.awaiting_approval > 0 && expected.total.approved > 0);
+        assert_eq!(
+            stats(&conn, Path::new(PATH), now).unwrap(),
+            expected,
+            "{now:?}"
+        );
+    }
 }

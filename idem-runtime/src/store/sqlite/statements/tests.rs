@@ -152,9 +152,57 @@ pub(in crate::store::sqlite) fn not_applied_at(
     history::transition(conn, Path::new(PATH), &values).expect("transition")
 }
 
-// pins G1, S8: the collection statement deletes exactly the rows `is_garbage` calls
+/// Records the approval request of `owner`'s claim of `fence` at `now` (A2).
+pub(in crate::store::sqlite) fn awaiting_approval_at(
+    conn: &Connection,
+    key: &IdempotencyKey,
+    owner: OwnerToken,
+    fence: u64,
+    now: u64,
+) -> bool {
+    let values = TransitionValues::of(&TransitionRequest {
+        key,
+        fence,
+        seen: Seen::InProgress {
+            owner,
+            lease_until: None,
+        },
+        target: Target::AwaitingApproval,
+        now: at(now),
+        expires_at: at(now),
+        entry: entry(HistoryEvent::ApprovalRequested, now, fence),
+    });
+    history::transition(conn, Path::new(PATH), &values).expect("transition")
+}
+
+/// Approves `key`'s record of `fence` awaiting approval at `now`, until `until` (A3).
+pub(in crate::store::sqlite) fn approved_at(
+    conn: &Connection,
+    key: &IdempotencyKey,
+    fence: u64,
+    now: u64,
+    until: u64,
+) -> bool {
+    let approved = HistoryEvent::Approved { until: at(until) };
+    let values = TransitionValues::of(&TransitionRequest {
+        key,
+        fence,
+        seen: Seen::AwaitingApproval,
+        target: Target::Approved {
+            decided_at: at(now),
+            until: at(until),
+        },
+        now: at(now),
+        expires_at: at(now),
+        entry: entry(approved, now, fence).with_actor("ana", None),
+    });
+    history::transition(conn, Path::new(PATH), &values).expect("transition")
+}
+
+// pins G1, S8, A2, A3: the collection statement deletes exactly the rows `is_garbage` calls
 // garbage, the completed ones expired at or before the cutoff: never a row in progress,
-// outcome unknown or not applied, whatever its expiry and lease
+// outcome unknown, not applied, awaiting approval or approved, whatever its expiry and
+// lease
 #[test]
 fn collection_deletes_exactly_the_garbage() {
     let mut conn = database();
@@ -164,7 +212,14 @@ fn collection_deletes_exactly_the_garbage() {
     let mut keys = Vec::new();
     for expires_at in [999, 1_000, 1_001] {
         for lease_until in [999, 1_000, 1_001] {
-            for state in ["in progress", "unknown", "completed", "not applied"] {
+            for state in [
+                "in progress",
+                "unknown",
+                "completed",
+                "not applied",
+                "awaiting approval",
+                "approved",
+            ] {
                 n += 1;
                 let (k, owner) = (key(n), OwnerToken::random());
                 let claimed = claim_at(&mut conn, &k, owner, 0, lease_until, expires_at);
@@ -181,6 +236,11 @@ fn collection_deletes_exactly_the_garbage() {
                         assert_eq!(complete_at(&conn, &k, owner, 0), Completion::Saved)
                     }
                     "not applied" => assert!(not_applied_at(&conn, &k, owner, 1, 0)),
+                    "awaiting approval" => assert!(awaiting_approval_at(&conn, &k, owner, 1, 0)),
+                    "approved" => {
+                        assert!(awaiting_approval_at(&conn, &k, owner, 1, 0));
+                        assert!(approved_at(&conn, &k, 1, 0, 1));
+                    }
                     _ => {}
                 }
                 let record = read_live(&conn, path, k.as_str(), at(0)).unwrap().unwrap();
@@ -214,7 +274,7 @@ fn collection_deletes_exactly_the_garbage() {
             |r| r.get(0),
         )
         .unwrap();
-    assert_eq!(left, 3 * 3 * 3);
+    assert_eq!(left, 3 * 3 * 5);
 }
 
 // pins G1: the collection finds its rows by the partial index of completed rows
@@ -360,8 +420,8 @@ fn fences_saturate_at_the_largest_integer() {
     );
 }
 
-// pins S10, F1, U1, U6: rows that match no state, hold a fence below 1 or an unknown
-// outcome source are Corrupt
+// pins S10, F1, U1, U6, A2, A3: rows that match no state, hold a fence below 1 or an
+// unknown outcome source are Corrupt
 #[test]
 fn rows_outside_every_state_are_corrupt() {
     let mut conn = database();
@@ -384,6 +444,14 @@ fn rows_outside_every_state_are_corrupt() {
         "owner = NULL, lease_until = NULL, decided_at = -5",
         // a source no build writes
         "owner = NULL, lease_until = NULL, outcome = '{}', completed_at = 5, source = 'magic'",
+        // an approval beside another state, an approval's end without its start
+        "approval_at = 5",
+        "approval_at = 5, approval_until = 9",
+        "owner = NULL, lease_until = NULL, decided_at = 5, approval_at = 5",
+        "owner = NULL, lease_until = NULL, outcome = '{}', completed_at = 5, approval_at = 5",
+        "owner = NULL, lease_until = NULL, approval_until = 9",
+        "owner = NULL, lease_until = NULL, approval_at = -5",
+        "owner = NULL, lease_until = NULL, approval_at = 5, approval_until = -9",
     ]
     .into_iter()
     .enumerate()
