@@ -8,7 +8,8 @@ use idem_runtime::ScopePart;
 pub const LIMIT_MAX: usize = idem_runtime::store::LIST_LIMIT_MAX;
 
 /// Derive the idempotency key of an AI-agent tool call; show, list, purge and count the
-/// records idem keeps for tool calls; and decide the calls whose outcome is unknown.
+/// records idem keeps for tool calls; decide the calls whose outcome is unknown; and approve
+/// or deny the calls that wait for a person's approval.
 ///
 /// A call whose owner crashed, timed out or was cancelled has an unknown outcome: by
 /// default idem holds it (no call runs it again) until a person decides. The queue: `idem ls --state
@@ -17,6 +18,11 @@ pub const LIMIT_MAX: usize = idem_runtime::store::LIST_LIMIT_MAX;
 /// (the effect happened: that output is replayed), `--not-applied` (it did not: the next
 /// call runs the tool) or `--error '"card declined"'` (the call failed: that error is
 /// replayed).
+///
+/// A call of a tool that requires approval waits for a person: the queue: `idem ls --state
+/// awaiting-approval` (oldest first, with the key arguments); `idem approve KEY` lets the
+/// next call with the same arguments run the tool once, `idem deny KEY --note "…"` refuses
+/// it for good.
 ///
 /// Exit status: 0 found or done (decided, or already decided so); 1 not found or nothing
 /// done (nothing to show, purge or decide; a decision refused because the record is not
@@ -63,12 +69,12 @@ pub enum Command {
     /// Show one record: by KEY, or by the call (--tool, --scope, --args); with --history,
     /// its transitions. Exit 1 when there is no live record.
     Show(ShowArgs),
-    /// List live records, newest first (records waiting for a decision: oldest first), one
-    /// page at a time.
+    /// List live records, newest first (records waiting for a decision or an approval:
+    /// oldest first), one page at a time.
     Ls(LsArgs),
     /// Delete one record by KEY, or every record the filters match. Records that are not
-    /// completed (in progress, outcome unknown, not applied) are kept unless --force. Exit 0
-    /// when something was deleted, 1 when nothing was.
+    /// completed (in progress, outcome unknown, not applied, awaiting approval, approved) are
+    /// kept unless --force. Exit 0 when something was deleted, 1 when nothing was.
     Purge(PurgeArgs),
     /// Count live records by state, in total and per tool (every namespace).
     Stats(StatsArgs),
@@ -91,6 +97,31 @@ pub enum Command {
     /// lists the refunds whose outcome has been unknown for over an hour, oldest first, and
     /// writes nothing; without --dry-run it decides each of them.
     Resolve(ResolveArgs),
+    /// Approve a call that waits for a person's approval: the next call with the same
+    /// arguments runs the tool once, if it comes within --valid-for (and the tool's own
+    /// validity). Exit 0 when approved (or already approved), 1 when nothing was decided.
+    ///
+    /// Look first: `idem ls --state awaiting-approval` lists the calls waiting, oldest first,
+    /// with their key arguments; `idem show KEY` prints one and its fence. An approval is a
+    /// compare-and-set on the record as read: one that a call or another operator changed
+    /// meanwhile is refused (exit 1) and nothing is written; approving an approved call
+    /// again answers "already approved" (exit 0) and extends nothing. It is kept in the
+    /// record's history with its actor and note (`idem show KEY --history`).
+    ///
+    /// Example: `idem approve KEY --expect-fence 1 --note "refund checked with the
+    /// customer" --valid-for 30m`.
+    Approve(ApproveArgs),
+    /// Deny a call that waits for a person's approval (or is approved and has not run): the
+    /// denial is saved as the call's outcome, and every call with the key gets it without
+    /// running the tool, until --ttl. Exit 0 when denied (or already denied), 1 when nothing
+    /// was decided.
+    ///
+    /// A denial is a compare-and-set on the record as read, as `approve`; denying a denied
+    /// call again answers "already denied" (exit 0). The agent is told who denied it and
+    /// the note, and not to retry the action in another form.
+    ///
+    /// Example: `idem deny KEY --expect-fence 1 --note "over the refund limit"`.
+    Deny(DenyArgs),
 }
 
 /// A tool call named by what a person knows about it.
@@ -140,7 +171,8 @@ pub struct ShowArgs {
     pub call: CallArgs,
 
     /// Also print the record's history: its transitions (claimed, taken over, outcome
-    /// unknown, completed, resolved, released), oldest first, each with its time, fence and
+    /// unknown, completed, resolved, released, approval requested, approved, denied,
+    /// approval expired), oldest first, each with its time, fence and
     /// owner or actor and note; with --json, a `history` array and `history_dropped`.
     #[arg(long)]
     pub history: bool,
@@ -163,7 +195,8 @@ pub struct Filters {
     pub scope: Vec<ScopePart>,
 
     /// Only records in this state, as a call would find it: `outcome-unknown` also matches
-    /// records in progress whose lease lapsed (their owner is presumed dead).
+    /// records in progress whose lease lapsed (their owner is presumed dead);
+    /// `awaiting-approval` lists the calls waiting for a person's approval.
     #[arg(long, value_enum, value_name = "STATE")]
     pub state: Option<State>,
 
@@ -205,12 +238,13 @@ pub struct LsArgs {
     pub cursor: Option<String>,
 
     /// Oldest first (by creation time, then key): the order of a queue. The default with
-    /// `--state outcome-unknown`, whose records wait for a decision.
+    /// `--state outcome-unknown` and `--state awaiting-approval`, whose records wait for a
+    /// decision.
     #[arg(long, conflicts_with = "newest_first")]
     pub oldest_first: bool,
 
     /// Newest first (by creation time, then key): the default, except with `--state
-    /// outcome-unknown`.
+    /// outcome-unknown` and `--state awaiting-approval`.
     #[arg(long)]
     pub newest_first: bool,
 
@@ -239,9 +273,10 @@ pub struct PurgeArgs {
     #[arg(long)]
     pub all: bool,
 
-    /// Also delete records that are not completed: in progress, with an unknown outcome, or
-    /// decided not applied (their calls may still be running, or may have had their effect:
-    /// a retry would then run the tool's body again).
+    /// Also delete records that are not completed: in progress, with an unknown outcome,
+    /// decided not applied, awaiting approval or approved (their calls may still be running,
+    /// or may have had their effect: a retry would then run the tool's body again; a call
+    /// whose request is purged asks for approval anew).
     #[arg(long)]
     pub force: bool,
 
@@ -255,7 +290,8 @@ pub struct PurgeArgs {
 #[derive(Debug, Args)]
 pub struct StatsArgs {
     /// Print one JSON object: `{"total": COUNTS, "by_tool": {TOOL: COUNTS}}`, COUNTS being
-    /// `{"records", "completed", "in_progress", "outcome_unknown", "not_applied"}`.
+    /// `{"records", "completed", "in_progress", "outcome_unknown", "not_applied",
+    /// "awaiting_approval", "approved"}`.
     #[arg(long)]
     pub json: bool,
 }
@@ -294,14 +330,9 @@ pub struct ResolveArgs {
     #[arg(long, value_name = "JSON")]
     pub error: Option<String>,
 
-    /// Who decides (1 to 128 characters, no control characters); default IDEM_ACTOR, else
-    /// USER.
-    #[arg(long, value_name = "NAME")]
-    pub actor: Option<String>,
-
-    /// Why, in the decider's words (at most 1024 characters): kept in the history.
-    #[arg(long, value_name = "TEXT")]
-    pub note: Option<String>,
+    /// Who decides, and why.
+    #[command(flatten)]
+    pub decider: Decider,
 
     /// Only if the record's fence is still N (the fence `show` printed): refuses, naming
     /// both fences, when a call or another decision changed the record since.
@@ -336,6 +367,68 @@ pub struct ResolveArgs {
     pub json: bool,
 }
 
+/// Who decides, and why: `resolve`, `approve` and `deny` (U6, A3).
+#[derive(Debug, Clone, Args)]
+pub struct Decider {
+    /// Who decides (1 to 128 characters, no control characters); default IDEM_ACTOR, else
+    /// USER.
+    #[arg(long, value_name = "NAME")]
+    pub actor: Option<String>,
+
+    /// Why, in the decider's words (at most 1024 characters): kept in the history.
+    #[arg(long, value_name = "TEXT")]
+    pub note: Option<String>,
+}
+
+/// What `approve` and `deny` share: the key, who decides, the fence and the output.
+#[derive(Debug, Args)]
+pub struct ApprovalArgs {
+    /// The key of the call waiting for approval: 64 hex digits (as `show`, `ls --wide` or
+    /// `ls --json` print them).
+    #[arg(value_name = "KEY")]
+    pub key: String,
+
+    /// Who decides, and why.
+    #[command(flatten)]
+    pub decider: Decider,
+
+    /// Only if the record's fence is still N (the fence `show` printed): refuses, naming
+    /// both fences, when a call or another decision changed the record since.
+    #[arg(long, value_name = "N")]
+    pub expect_fence: Option<u64>,
+
+    /// Print one JSON object: `{"key", "decision": "approved"|"denied", "actor", "note",
+    /// "state", "fence", "already_decided"}`, and `approved_until` once approved.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `idem approve`.
+#[derive(Debug, Args)]
+pub struct ApproveArgs {
+    /// The call, and who approves it.
+    #[command(flatten)]
+    pub approval: ApprovalArgs,
+
+    /// How long the approval lets a call run, from now: a humantime span (`30m`, `2h`). The
+    /// tool's own validity (`require_approval = "…"`) caps it: the call applies the shorter.
+    #[arg(long, value_name = "DURATION", default_value = "1h")]
+    pub valid_for: humantime::Duration,
+}
+
+/// `idem deny`.
+#[derive(Debug, Args)]
+pub struct DenyArgs {
+    /// The call, and who denies it.
+    #[command(flatten)]
+    pub approval: ApprovalArgs,
+
+    /// How long the denial is kept from now (every call with the key gets it until then): a
+    /// humantime span.
+    #[arg(long, value_name = "DURATION", default_value = "24h")]
+    pub ttl: humantime::Duration,
+}
+
 /// A record's state on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum State {
@@ -351,6 +444,12 @@ pub enum State {
     /// Decided not applied: the next call runs the tool.
     #[value(alias = "not_applied")]
     NotApplied,
+    /// A call of a tool that requires approval waits for a person's approval (`idem
+    /// approve`, `idem deny`).
+    #[value(alias = "awaiting_approval")]
+    AwaitingApproval,
+    /// Approved, and no call has run it yet.
+    Approved,
 }
 
 impl From<State> for StateFilter {
@@ -360,6 +459,8 @@ impl From<State> for StateFilter {
             State::InProgress => StateFilter::InProgress,
             State::OutcomeUnknown => StateFilter::OutcomeUnknown,
             State::NotApplied => StateFilter::NotApplied,
+            State::AwaitingApproval => StateFilter::AwaitingApproval,
+            State::Approved => StateFilter::Approved,
         }
     }
 }

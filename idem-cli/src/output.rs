@@ -3,12 +3,17 @@
 
 use std::fmt::Write as _;
 
-use idem_runtime::store::{
-    History, HistoryEntry, HistoryEvent, OutcomeSource, Record, RecordState, StateFilter,
-};
+use idem_runtime::store::{OutcomeSource, Record, RecordState, StateFilter};
 use idem_runtime::{IdempotencyKey, RecordLabel, ScopePart, ScopePath, Timestamp};
 use serde::Serialize;
 use serde_json::{json, Value};
+
+mod approval;
+#[cfg(test)]
+mod fixtures;
+mod history;
+
+pub use history::{history_text, record_with_history_json};
 
 /// `2026-12-01T20:33:33.123Z (3m ago)`.
 pub fn when(at: Timestamp, now: Timestamp) -> String {
@@ -106,8 +111,9 @@ fn key_args_json(label: &RecordLabel) -> Value {
 /// its members in this order: `key`, `tool`, `namespace`, `scope`, `scope_parts`, `state`
 /// (as a call would find it at `now`, I7), `fence`, `created_at`, `expires_at`, `overdue`,
 /// then `completed_at` and `source` (completed), `lease_until` (in progress and outcome
-/// unknown), `unknown_since` (outcome unknown), `decided_at` (not applied), and `outcome`,
-/// `key_args`.
+/// unknown), `unknown_since` (outcome unknown), `decided_at` (not applied, approved),
+/// `awaiting_approval_since` (awaiting approval), `approved_until` (approved), `denial`
+/// (completed with source `denied`), and `outcome`, `key_args`.
 #[derive(Debug, Clone, Serialize)]
 pub struct RecordJson {
     key: String,
@@ -130,6 +136,12 @@ pub struct RecordJson {
     unknown_since: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     decided_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    awaiting_approval_since: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    approved_until: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    denial: Option<approval::DenialJson>,
     outcome: Value,
     key_args: Value,
 }
@@ -142,6 +154,8 @@ struct StateTimes {
     lease_until: Option<Timestamp>,
     unknown_since: Option<Timestamp>,
     decided_at: Option<Timestamp>,
+    awaiting_approval_since: Option<Timestamp>,
+    approved_until: Option<Timestamp>,
 }
 
 /// What `record`'s state says beside its name, at `now`: an in-progress record whose lease
@@ -174,6 +188,15 @@ fn state_times(record: &Record, now: Timestamp) -> StateTimes {
             decided_at: Some(*decided_at),
             ..StateTimes::default()
         },
+        RecordState::AwaitingApproval { since } => StateTimes {
+            awaiting_approval_since: Some(*since),
+            ..StateTimes::default()
+        },
+        RecordState::Approved { decided_at, until } => StateTimes {
+            decided_at: Some(*decided_at),
+            approved_until: Some(*until),
+            ..StateTimes::default()
+        },
         // A state of a newer runtime: its name and times, no more.
         _ => StateTimes::default(),
     }
@@ -200,135 +223,12 @@ pub fn record_json(key: &IdempotencyKey, record: &Record, now: Timestamp) -> Rec
         lease_until: text(times.lease_until),
         unknown_since: text(times.unknown_since),
         decided_at: text(times.decided_at),
+        awaiting_approval_since: text(times.awaiting_approval_since),
+        approved_until: text(times.approved_until),
+        denial: approval::denial_json(record),
         outcome: outcome_json(record),
         key_args: key_args_json(&label),
     }
-}
-
-/// One history entry as `show --history --json` prints it: `at` (RFC 3339), `event`,
-/// `fence`, then whichever of `owner`, `cause`, `source`, `decision`, `actor`, `note` the
-/// entry has; an entry this build cannot read is `{"event": "unreadable", "text": …}`.
-#[derive(Debug, Clone, Serialize)]
-pub struct HistoryEntryJson {
-    at: String,
-    event: &'static str,
-    fence: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    owner: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cause: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    source: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    decision: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    actor: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    note: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    text: Option<String>,
-}
-
-/// The [`HistoryEntryJson`] of `entry`.
-pub fn history_entry_json(entry: &HistoryEntry) -> HistoryEntryJson {
-    let mut json = HistoryEntryJson {
-        at: entry.at.to_rfc3339(),
-        event: "",
-        fence: entry.fence,
-        owner: entry.owner.map(|o| o.to_hex()),
-        cause: None,
-        source: None,
-        decision: None,
-        actor: entry.actor.clone(),
-        note: entry.note.clone(),
-        text: None,
-    };
-    json.event = match &entry.event {
-        HistoryEvent::Claimed => "claimed",
-        HistoryEvent::TakenOver { cause } => {
-            json.cause = Some(cause.as_str());
-            "taken_over"
-        }
-        HistoryEvent::Unknown { cause } => {
-            json.cause = Some(cause.as_str());
-            "unknown"
-        }
-        HistoryEvent::Completed { source } => {
-            json.source = Some(source.as_str());
-            "completed"
-        }
-        HistoryEvent::Resolved { decision } => {
-            json.decision = Some(decision.as_str());
-            "resolved"
-        }
-        HistoryEvent::Released => "released",
-        HistoryEvent::Unreadable(text) => {
-            json.text = Some(text.clone());
-            "unreadable"
-        }
-        // An event of a newer runtime: kept as its stored line.
-        _ => {
-            json.text = Some(entry.to_json());
-            "unreadable"
-        }
-    };
-    json
-}
-
-/// `show --json --history`: the record's object followed by `history` and
-/// `history_dropped` (how many earlier entries the store dropped, U7).
-#[derive(Debug, Clone, Serialize)]
-pub struct RecordWithHistoryJson {
-    #[serde(flatten)]
-    record: RecordJson,
-    history: Vec<HistoryEntryJson>,
-    history_dropped: u64,
-}
-
-/// The [`RecordWithHistoryJson`] of `record` and its `history` at `now`.
-pub fn record_with_history_json(
-    key: &IdempotencyKey,
-    record: &Record,
-    history: &History,
-    now: Timestamp,
-) -> RecordWithHistoryJson {
-    RecordWithHistoryJson {
-        record: record_json(key, record, now),
-        history: history.entries.iter().map(history_entry_json).collect(),
-        history_dropped: history.dropped,
-    }
-}
-
-/// One history entry for people: `claimed (owner 3f2a…)`, `outcome unknown: lease lapsed`,
-/// `resolved applied by ana: "bank shows re_1"`. Notes and unreadable text are quoted with
-/// their control characters escaped, so that nothing stored can move the terminal.
-pub fn history_event_text(entry: &HistoryEntry) -> String {
-    let words = |text: &str| text.replace('_', " ");
-    let mut text = match &entry.event {
-        HistoryEvent::Claimed => "claimed".to_owned(),
-        HistoryEvent::TakenOver { cause } => {
-            format!(
-                "taken over (the earlier run's outcome: {})",
-                words(cause.as_str())
-            )
-        }
-        HistoryEvent::Unknown { cause } => format!("outcome unknown: {}", words(cause.as_str())),
-        HistoryEvent::Completed { source } => format!("completed ({})", source_words(*source)),
-        HistoryEvent::Resolved { decision } => format!("resolved {}", words(decision.as_str())),
-        HistoryEvent::Released => "released: not applied again".to_owned(),
-        HistoryEvent::Unreadable(stored) => format!("unreadable entry {stored:?}"),
-        _ => format!("unreadable entry {:?}", entry.to_json()),
-    };
-    if let Some(owner) = entry.owner {
-        let _ = write!(text, " (owner {})", owner.to_hex());
-    }
-    if let Some(actor) = &entry.actor {
-        let _ = write!(text, " by {}", printable(actor));
-    }
-    if let Some(note) = &entry.note {
-        let _ = write!(text, ": {note:?}");
-    }
-    text
 }
 
 /// `text` with its control characters escaped (`\u{1b}`): stored text that cannot move
@@ -346,57 +246,15 @@ fn printable(text: &str) -> String {
 }
 
 /// Where a saved outcome came from, for people: `executed: the tool's own result`,
-/// `reconciled: …`, `resolved: a person's decision`.
+/// `reconciled: …`, `resolved: a person's decision`, `denied: …`.
 pub fn source_words(source: OutcomeSource) -> &'static str {
     match source {
         OutcomeSource::Executed => "executed: the tool's own result",
         OutcomeSource::Reconciled => "reconciled: its reconcile function found it",
         OutcomeSource::Resolved => "resolved: a person's decision",
+        OutcomeSource::Denied => "denied: a person refused the call; the tool did not run",
         _ => "from a source this build does not know",
     }
-}
-
-/// The history as `show --history` prints it after the record: a `history` heading, then
-/// one line per entry, oldest first: the time (RFC 3339 and relative), the fence, what
-/// happened.
-pub fn history_text(history: &History, now: Timestamp) -> String {
-    let mut text = String::new();
-    if history.entries.is_empty() {
-        text.push_str(
-            "history  none kept (a record written before histories were kept, schema 4, has \
-             none until its next transition)
-",
-        );
-        return text;
-    }
-    let _ = writeln!(
-        text,
-        "history  {}",
-        plural(history.entries.len() as u64, "entry", "entries")
-    );
-    if history.dropped > 0 {
-        let _ = writeln!(
-            text,
-            "  ({} dropped before these: a history keeps the last {})",
-            plural(history.dropped, "earlier entry", "earlier entries"),
-            idem_runtime::store::HISTORY_LIMIT
-        );
-    }
-    let rows: Vec<Vec<String>> = history
-        .entries
-        .iter()
-        .map(|entry| {
-            vec![
-                when(entry.at, now),
-                entry.fence.to_string(),
-                history_event_text(entry),
-            ]
-        })
-        .collect();
-    for line in table(&["AT", "FENCE", "EVENT"], &rows).lines() {
-        let _ = writeln!(text, "  {line}");
-    }
-    text
 }
 
 /// `value` as one line of JSON, newline included.
@@ -405,25 +263,29 @@ pub fn json_line<T: Serialize>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_default() + "\n"
 }
 
-/// `in progress`, `outcome unknown`, `completed`, `not applied`: a state as people read it.
+/// `in progress`, `outcome unknown`, `completed`, `not applied`, `awaiting approval`,
+/// `approved`: a state as people read it.
 pub fn state_words(state: StateFilter) -> &'static str {
     match state {
         StateFilter::InProgress => "in progress",
         StateFilter::OutcomeUnknown => "outcome unknown",
         StateFilter::Completed => "completed",
         StateFilter::NotApplied => "not applied",
+        StateFilter::AwaitingApproval => "awaiting approval",
+        StateFilter::Approved => "approved",
         _ => "in a state this build does not know",
     }
 }
 
 /// The state a call would find at `now` as people read it, with what makes it so:
 /// `outcome unknown (lease lapsed)` for an in-progress record whose owner's lease lapsed,
-/// and `, overdue` for a record that is not completed past its `expires_at` (S8, I7).
+/// `approved (expired)` for an approval no call used in time (A4), and `, overdue` for a record that is not completed past its `expires_at` (S8, I7).
 pub fn effective_state_text(record: &Record, now: Timestamp) -> String {
     let mut text = state_words(StateFilter::at(&record.state, now)).to_owned();
     if matches!(record.state, RecordState::InProgress { lease_until, .. } if lease_until <= now) {
         text.push_str(" (lease lapsed)");
     }
+    text.push_str(approval::state_suffix(record, now));
     if record.is_overdue(now) {
         text.push_str(", overdue");
     }
@@ -475,11 +337,18 @@ pub fn record_text(key: &IdempotencyKey, record: &Record, now: Timestamp) -> Str
     if let Some(source) = times.source {
         rows.push(("source", source_words(source).to_owned()));
     }
+    rows.extend(approval::denial_rows(record));
     if let Some(at) = times.decided_at {
         rows.push(("decided", when(at, now)));
     }
     if let Some(at) = times.unknown_since {
         rows.push(("unknown since", when(at, now)));
+    }
+    if let Some(at) = times.awaiting_approval_since {
+        rows.push(("awaiting since", when(at, now)));
+    }
+    if let Some(until) = times.approved_until {
+        rows.push(("approved until", approval::until_text(until, now)));
     }
     if let Some(at) = times.lease_until {
         rows.push(("lease until", when(at, now)));
@@ -506,6 +375,7 @@ pub fn record_text(key: &IdempotencyKey, record: &Record, now: Timestamp) -> Str
             ),
         ));
     }
+    rows.extend(approval::action_row(key, record));
     let width = rows.iter().map(|(name, _)| name.len()).max().unwrap_or(0);
     let mut text = String::new();
     for (name, value) in &rows {
@@ -566,49 +436,10 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::fixtures::*;
     use super::*;
-    use idem_runtime::store::{DecisionKind, OwnerToken, UnknownReason};
-    use idem_runtime::{Envelope, Fingerprint};
-
-    const NOW: u64 = 1_796_157_213_123;
-
-    fn at(offset_ms: i64) -> Timestamp {
-        Timestamp::from_millis((NOW as i64 + offset_ms) as u64)
-    }
-
-    fn key() -> IdempotencyKey {
-        IdempotencyKey::from_hex(&"ab".repeat(32)).unwrap()
-    }
-
-    fn fingerprint() -> Fingerprint {
-        Fingerprint::from_hex(&"cd".repeat(32)).unwrap()
-    }
-
-    fn completed(label: Option<RecordLabel>) -> Record {
-        Record {
-            fingerprint: fingerprint(),
-            created_at: at(-180_000),
-            expires_at: at(86_400_000 - 180_000),
-            fence: 1,
-            state: RecordState::Completed {
-                outcome: Envelope::encode_ok(&json!({"refund_id": "re_1"})).unwrap(),
-                completed_at: at(-179_000),
-                source: OutcomeSource::Executed,
-            },
-            label,
-        }
-    }
-
-    /// The value of `show`'s row `name` in `text`.
-    fn row<'a>(text: &'a str, name: &str) -> &'a str {
-        text.lines()
-            .find_map(|line| {
-                line.strip_prefix(name)
-                    .filter(|rest| rest.starts_with("  "))
-                    .map(str::trim)
-            })
-            .unwrap_or_else(|| panic!("no row {name}: {text}"))
-    }
+    use idem_runtime::store::OwnerToken;
+    use idem_runtime::Envelope;
 
     // pins X2, P3: relative times, past and future, two units at most
     #[test]
@@ -829,112 +660,6 @@ mod tests {
             row(&text, "source"),
             "resolved: a person's decision",
             "{text}"
-        );
-    }
-
-    // pins U7, X2, P3: history entries as JSON objects (members present only when the
-    // entry has them) and as lines with absolute and relative times; notes are escaped
-    #[test]
-    fn history_as_json_and_text() {
-        let owner = OwnerToken::from_u128(0xabc);
-        let history = History {
-            entries: vec![
-                HistoryEntry::claimed(at(-180_000), 1, owner),
-                HistoryEntry::new(
-                    at(-120_000),
-                    HistoryEvent::Unknown {
-                        cause: UnknownReason::LeaseLapsed,
-                    },
-                    1,
-                ),
-                HistoryEntry::new(
-                    at(-60_000),
-                    HistoryEvent::Resolved {
-                        decision: DecisionKind::NotApplied,
-                    },
-                    1,
-                )
-                .with_actor("ana", Some("bank: no refund\n\u{1b}[2J".to_owned())),
-                HistoryEntry::new(
-                    at(0),
-                    HistoryEvent::Completed {
-                        source: OutcomeSource::Executed,
-                    },
-                    2,
-                ),
-                HistoryEntry::from_json("not json"),
-            ],
-            dropped: 3,
-        };
-        let value = serde_json::to_value(record_with_history_json(
-            &key(),
-            &completed(None),
-            &history,
-            at(0),
-        ))
-        .unwrap();
-        assert_eq!(value["key"], "ab".repeat(32), "the record's members first");
-        assert_eq!(value["history_dropped"], 3);
-        assert_eq!(
-            value["history"],
-            json!([
-                {"at": "2026-12-01T20:30:33.123Z", "event": "claimed", "fence": 1,
-                 "owner": "00000000000000000000000000000abc"},
-                {"at": "2026-12-01T20:31:33.123Z", "event": "unknown", "fence": 1,
-                 "cause": "lease_lapsed"},
-                {"at": "2026-12-01T20:32:33.123Z", "event": "resolved", "fence": 1,
-                 "decision": "not_applied", "actor": "ana", "note": "bank: no refund\n\u{1b}[2J"},
-                {"at": "2026-12-01T20:33:33.123Z", "event": "completed", "fence": 2,
-                 "source": "executed"},
-                {"at": "1970-01-01T00:00:00.000Z", "event": "unreadable", "fence": 0,
-                 "text": "not json"},
-            ])
-        );
-        let text = history_text(&history, at(0));
-        let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines[0], "history  5 entries");
-        assert!(lines[1].contains("3 earlier entries dropped"), "{text}");
-        assert!(lines[2].starts_with("  AT"), "{text}");
-        assert!(
-            lines[3].starts_with("  2026-12-01T20:30:33.123Z (3m ago)")
-                && lines[3].ends_with("1      claimed (owner 00000000000000000000000000000abc)"),
-            "{text}"
-        );
-        assert!(
-            lines[4].ends_with("1      outcome unknown: lease lapsed"),
-            "{text}"
-        );
-        assert!(
-            lines[5]
-                .ends_with(r#"1      resolved not applied by ana: "bank: no refund\n\u{1b}[2J""#),
-            "{text}"
-        );
-        assert!(
-            !text.contains('\u{1b}'),
-            "no escape sequence reaches the terminal: {text}"
-        );
-        assert!(
-            lines[6].contains("(now)")
-                && lines[6].ends_with("2      completed (executed: the tool's own result)"),
-            "{text}"
-        );
-        assert!(
-            lines[7].ends_with(r#"unreadable entry "not json""#),
-            "{text}"
-        );
-        assert!(history_text(&History::default(), at(0)).starts_with("history  none kept"));
-        let odd_actor = HistoryEntry::new(
-            at(0),
-            HistoryEvent::Resolved {
-                decision: DecisionKind::Applied,
-            },
-            1,
-        )
-        .with_actor("a\u{1b}[2Jb", None);
-        assert_eq!(
-            history_event_text(&odd_actor),
-            "resolved applied by a\\u{1b}[2Jb",
-            "an actor from another writer is escaped too"
         );
     }
 

@@ -72,7 +72,7 @@ impl Approval {
 
     /// An approval lets a call run for `valid_for` from the decision (default
     /// [`ToolSpec::DEFAULT_APPROVAL_VALID_FOR`], 1 hour), and never longer than the tool's
-    /// own validity (A1, A3): the call applies the shorter.
+    /// own validity (A1, A3), which the call's request recorded: the shorter is saved.
     pub fn valid_for(mut self, valid_for: Duration) -> Self {
         self.valid_for = valid_for;
         self
@@ -91,6 +91,35 @@ impl Approval {
     }
 }
 
+impl Engine {
+    /// The tool's approval validity as the key's latest request for approval recorded it
+    /// (A3); `None` when the history does not say (a store without histories, or a request
+    /// dropped from a full history).
+    async fn tools_validity(
+        &self,
+        key: &IdempotencyKey,
+        now: crate::clock::Timestamp,
+    ) -> Result<Option<Duration>, ResolveError> {
+        let history = match self.store().history(key, now).await {
+            Ok(history) => history,
+            Err(e) if e.kind == crate::store::StoreErrorKind::Unsupported => None,
+            Err(e) => return Err(e.into()),
+        };
+        Ok(history.and_then(|history| {
+            history
+                .entries
+                .iter()
+                .rev()
+                .find_map(|entry| match entry.event {
+                    HistoryEvent::ApprovalRequested | HistoryEvent::ApprovalExpired => {
+                        entry.valid_for
+                    }
+                    _ => None,
+                })
+        }))
+    }
+}
+
 /// Which way a person decides (A3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Verdict {
@@ -102,7 +131,9 @@ impl Engine {
     /// Approves the call waiting for approval under `key` (A3): the next call with the same
     /// arguments runs the tool once, while the approval is valid
     /// ([`Approval::valid_for`], capped by the tool's own validity). A compare-and-set on
-    /// the record as read; emits the INFO event `decided` (V2). Two round trips.
+    /// the record as read; emits the INFO event `decided` (V2). Three round trips: the
+    /// record, its history (the tool's validity, which the call's request recorded), the
+    /// compare-and-set.
     ///
     /// # Errors
     /// [`ResolveError::NotFound`] without a live record; [`ResolveError::FenceChanged`]
@@ -122,7 +153,8 @@ impl Engine {
     /// Denies the call waiting for approval (or approved and not yet run) under `key` (A3,
     /// A5): the denial (actor, note, time) is saved as the key's outcome, source
     /// [`OutcomeSource::Denied`], kept [`Approval::keep_for`], and every call of the key
-    /// gets [`Error::Denied`](crate::Error::Denied). Two round trips.
+    /// gets [`Error::Denied`](crate::Error::Denied). Two round trips: the record and the
+    /// compare-and-set.
     ///
     /// # Errors
     /// As [`approve`](Self::approve); denying a denied record again answers
@@ -157,6 +189,12 @@ impl Engine {
                 state,
             });
         }
+        // A3: an approval lasts no longer than the tool's own validity, which the call
+        // wrote into its request (one more round trip, for approvals only).
+        let tools_validity = match verdict {
+            Verdict::Approve => self.tools_validity(key, now).await?,
+            Verdict::Deny => None,
+        };
         let refuse = |why: String| ResolveError::NotDecidable {
             key: key.to_string(),
             state,
@@ -174,7 +212,14 @@ impl Engine {
                     target: Target::AwaitingApproval,
                     now,
                     expires_at: record.expires_at,
-                    entry: HistoryEntry::new(now, HistoryEvent::ApprovalExpired, record.fence),
+                    entry: {
+                        let entry =
+                            HistoryEntry::new(now, HistoryEvent::ApprovalExpired, record.fence);
+                        match tools_validity {
+                            Some(valid_for) => entry.with_valid_for(valid_for),
+                            None => entry,
+                        }
+                    },
                 };
                 if !self.store().transition(expired).await? {
                     return Err(self.changed(key, now).await);
@@ -215,7 +260,8 @@ impl Engine {
             note: approval.note.clone(),
         }
         .to_envelope();
-        let until = now.saturating_add(approval.valid_for);
+        let valid_for = tools_validity.map_or(approval.valid_for, |t| t.min(approval.valid_for));
+        let until = now.saturating_add(valid_for);
         let (target, event) = match verdict {
             Verdict::Approve => (
                 Target::Approved {

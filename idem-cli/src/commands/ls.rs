@@ -1,5 +1,5 @@
 //! `idem ls`: live records, newest first (or oldest first: the queue of records waiting
-//! for a decision), one page (I3, I7).
+//! for a decision or an approval), one page (I3, I7, A6).
 
 use idem_runtime::store::{ListCursor, StateFilter};
 use idem_runtime::Engine;
@@ -19,9 +19,14 @@ pub(super) async fn run(engine: &Engine, args: &LsArgs) -> Result<Report, CliErr
     let now = engine.clock().now();
     let mut query = list_query(engine, &args.filters, now)?;
     query.limit = usize::from(args.limit);
-    // Records waiting for a decision are a queue: oldest first unless told otherwise.
+    // Records waiting for a decision or an approval are a queue: oldest first unless told
+    // otherwise (I7, A6).
     query.oldest_first = args.oldest_first
-        || (!args.newest_first && query.state == Some(StateFilter::OutcomeUnknown));
+        || (!args.newest_first
+            && matches!(
+                query.state,
+                Some(StateFilter::OutcomeUnknown | StateFilter::AwaitingApproval)
+            ));
     query.after = args
         .cursor
         .as_deref()
@@ -60,6 +65,15 @@ pub(super) async fn run(engine: &Engine, args: &LsArgs) -> Result<Report, CliErr
     // One column per time, each under its own header: the RFC 3339 time (fixed width) and
     // its relative form, as `show` prints them (P3, X2).
     header.extend(["SCOPE", "STATE", "FENCE", "CREATED", "EXPIRES"]);
+    // The queue of calls waiting for approval shows what each would do (A6): its key
+    // arguments, last (they are the widest).
+    let with_args = matches!(
+        query.state,
+        Some(StateFilter::AwaitingApproval | StateFilter::Approved)
+    );
+    if with_args {
+        header.push("KEY ARGS");
+    }
     let rows: Vec<Vec<String>> = page
         .records
         .iter()
@@ -87,6 +101,9 @@ pub(super) async fn run(engine: &Engine, args: &LsArgs) -> Result<Report, CliErr
                 when(record.created_at, now),
                 when(record.expires_at, now),
             ]);
+            if with_args {
+                row.push(label.key_args.clone().unwrap_or_else(|| "-".to_owned()));
+            }
             row
         })
         .collect();

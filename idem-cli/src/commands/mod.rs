@@ -1,5 +1,7 @@
 //! The subcommands, and what they share: opening the store, reading a call, keys, filters.
 
+mod approval;
+mod decide;
 mod key;
 mod ls;
 mod purge;
@@ -80,6 +82,8 @@ async fn execute(engine: &Engine, command: &Command) -> Result<Report, CliError>
         Command::Purge(args) => purge::run(engine, args).await,
         Command::Stats(args) => stats::run(engine, args).await,
         Command::Resolve(args) => resolve::run(engine, args).await,
+        Command::Approve(args) => approval::approve(engine, args).await,
+        Command::Deny(args) => approval::deny(engine, args).await,
     }
 }
 

@@ -68,6 +68,15 @@ async fn by_key(
                     String::new(),
                     "it was decided not applied and waits for its next call",
                 ),
+                RecordState::AwaitingApproval { .. } => (
+                    String::new(),
+                    "it waits for a person's approval (decide it with `idem approve` or \
+                     `idem deny`)",
+                ),
+                RecordState::Approved { .. } => (
+                    String::new(),
+                    "it was approved and waits for its next call (revoke it with `idem deny`)",
+                ),
                 _ => (String::new(), "it is not completed"),
             };
             report.stderr = format!(
@@ -123,8 +132,8 @@ async fn by_filters(engine: &Engine, args: &PurgeArgs) -> Result<Report, CliErro
     }
     if counts.kept > 0 {
         report.stderr = format!(
-            "idem: kept {} not completed (in progress, with an unknown outcome, or decided not \
-             applied): their calls may still be running, or may have had their effect; pass \
+            "idem: kept {} not completed (in progress, with an unknown outcome, decided not \
+             applied, awaiting approval or approved): their calls may still be running, or may have had their effect; pass \
              --force to delete them\n",
             records(counts.kept)
         );

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use idem_runtime::resolve::{Decision, Resolution, ResolveError, Resolved, NOTE_MAX_CHARS};
+use idem_runtime::resolve::{Decision, Resolution, ResolveError, Resolved};
 use idem_runtime::store::{
     KeyedRecord, ListQuery, OutcomeSource, Record, RecordState, StateFilter,
 };
@@ -11,67 +11,11 @@ use idem_runtime::{Engine, IdempotencyKey, Timestamp};
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use super::decide::{decider, positive, resolve_error, ActorOrigin, OneDecision};
 use super::{parse_key, scope_path, Report};
 use crate::cli::ResolveArgs;
 use crate::exit::{CliError, Exit};
 use crate::output::{json_line, records, scope_text, state_words, table, tool_of, when};
-
-/// Where the actor's name came from, for messages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum ActorOrigin {
-    /// `--actor`.
-    Option,
-    /// The environment variable `IDEM_ACTOR`.
-    IdemActor,
-    /// The environment variable `USER`.
-    User,
-}
-
-impl ActorOrigin {
-    fn name(self) -> &'static str {
-        match self {
-            ActorOrigin::Option => "--actor",
-            ActorOrigin::IdemActor => "IDEM_ACTOR",
-            ActorOrigin::User => "USER (pass --actor to name someone else)",
-        }
-    }
-}
-
-/// The actor: `--actor`, else `IDEM_ACTOR`, else `USER` (empty variables count as unset).
-/// Without any, bad usage telling to pass `--actor`.
-pub(super) fn actor(
-    given: Option<&str>,
-    idem_actor: Option<String>,
-    user: Option<String>,
-) -> Result<(String, ActorOrigin), CliError> {
-    if let Some(actor) = given {
-        return Ok((actor.to_owned(), ActorOrigin::Option));
-    }
-    let set = |value: Option<String>| value.filter(|v| !v.is_empty());
-    if let Some(actor) = set(idem_actor) {
-        return Ok((actor, ActorOrigin::IdemActor));
-    }
-    if let Some(actor) = set(user) {
-        return Ok((actor, ActorOrigin::User));
-    }
-    Err(CliError::usage(
-        "--actor",
-        "needed: who decides (a decision names its actor); pass --actor NAME or set \
-         IDEM_ACTOR (neither IDEM_ACTOR nor USER is set)",
-    ))
-}
-
-/// `resolve KEY --json`.
-#[derive(Serialize)]
-struct ResolvedJson<'a> {
-    key: &'a str,
-    decision: &'static str,
-    actor: &'a str,
-    note: Option<&'a str>,
-    state: &'static str,
-    fence: u64,
-    already_decided: bool,
-}
 
 /// One line of `resolve --tool … --json`.
 #[derive(Serialize)]
@@ -122,28 +66,16 @@ fn resolution(args: &ResolveArgs) -> Result<(Resolution, ActorOrigin), CliError>
         Ok(Decision::not_applied())
     }
     .map_err(|e| resolve_error(e, ActorOrigin::Option))?;
-    let (actor, origin) = actor(
-        args.actor.as_deref(),
-        std::env::var("IDEM_ACTOR").ok(),
-        std::env::var("USER").ok(),
-    )?;
+    let (actor, origin) = decider(&args.decider)?;
     let mut resolution = Resolution::new(decision, actor).map_err(|e| resolve_error(e, origin))?;
-    if let Some(note) = &args.note {
-        let chars = note.chars().count();
-        if chars > NOTE_MAX_CHARS {
-            return Err(resolve_error(ResolveError::BadNote { chars }, origin));
-        }
+    if let Some(note) = &args.decider.note {
         resolution = resolution.note(note.clone());
     }
-    let ttl = Duration::from(args.ttl);
-    if ttl.is_zero() {
-        return Err(CliError::usage(
-            "--ttl",
-            "must be longer than zero: a saved result kept for no time lets the next call \
-             run the tool again",
-        ));
-    }
-    resolution = resolution.keep_for(ttl);
+    resolution = resolution.keep_for(positive(
+        "--ttl",
+        args.ttl,
+        "a saved result kept for no time lets the next call run the tool again",
+    )?);
     if let Some(fence) = args.expect_fence {
         resolution = resolution.expect_fence(fence);
     }
@@ -156,15 +88,6 @@ fn decision_words(decision: &Decision) -> &'static str {
         Decision::Applied(_) => "applied",
         Decision::Failed(_) => "failed (error saved)",
         Decision::NotApplied => "not applied",
-    }
-}
-
-/// The record's state after a decision: `completed (source resolved)`, `not applied`.
-fn state_after(record: &Record, now: Timestamp) -> String {
-    let state = state_words(StateFilter::at(&record.state, now));
-    match &record.state {
-        RecordState::Completed { source, .. } => format!("{state} (source {})", source.as_str()),
-        _ => state.to_owned(),
     }
 }
 
@@ -206,38 +129,18 @@ async fn by_key(
         .await
         .map_err(|e| resolve_error(e, origin))?;
     let now = engine.clock().now();
-    let (record, already) = match &resolved {
-        Resolved::Decided(record) => (record, false),
-        Resolved::AlreadyDecided(record) => (record, true),
-    };
     let decision = resolution.decision();
-    if args.json {
-        return Ok(Report::out(json_line(&ResolvedJson {
-            key: key.as_str(),
-            decision: decision.kind().as_str(),
-            actor: resolution.actor(),
-            note: args.note.as_deref(),
-            state: StateFilter::at(&record.state, now).as_str(),
-            fence: record.fence,
-            already_decided: already,
-        })));
-    }
     let words = decision_words(decision);
-    let state = state_after(record, now);
-    let stdout = if already {
-        format!(
-            "{key} was already decided {words}: nothing written; it is {state}, fence {}\n",
-            record.fence
-        )
-    } else {
-        format!(
-            "decided {key}: {words}, by {}; it is now {state}, fence {}: {}\n",
-            resolution.actor(),
-            record.fence,
-            next_call(key, decision, record)
-        )
+    let one = OneDecision {
+        key,
+        decision: decision.kind().as_str(),
+        words,
+        already_words: &format!("decided {words}"),
+        actor: resolution.actor(),
+        note: args.decider.note.as_deref(),
+        resolved: &resolved,
     };
-    Ok(Report::out(stdout))
+    Ok(one.report(args.json, now, |record| next_call(key, decision, record)))
 }
 
 async fn bulk(
@@ -413,22 +316,5 @@ fn why_not(error: &ResolveError) -> String {
         ResolveError::NotDecidable { why, .. } => why.clone(),
         ResolveError::Store(e) => format!("the store failed: {e}"),
         other => other.to_string(),
-    }
-}
-
-/// A refused decision (U6, X3): bad input is exit 2 naming the option (or the variable the
-/// actor came from); a record that cannot be decided, or changed, exit 1 saying what it is
-/// now and what to do; the store, exit 3.
-fn resolve_error(error: ResolveError, origin: ActorOrigin) -> CliError {
-    match error {
-        ResolveError::BadActor { .. } => CliError::usage(origin.name(), error),
-        ResolveError::BadNote { .. } => CliError::usage("--note", error),
-        // Its message begins with the option: `--output: not one JSON value: …`.
-        ResolveError::BadOutput { .. } => CliError::Usage(error.to_string()),
-        ResolveError::Store(e) => e.into(),
-        ResolveError::Changed { ref key, .. } => CliError::NotFound(format!(
-            "{error} (`idem show {key} --history`); nothing was decided"
-        )),
-        other => CliError::NotFound(format!("{other}; nothing was decided")),
     }
 }

@@ -18,7 +18,8 @@ struct StatsJson {
     by_tool: BTreeMap<String, CountsJson>,
 }
 
-/// `{"records", "completed", "in_progress", "outcome_unknown", "not_applied"}`.
+/// `{"records", "completed", "in_progress", "outcome_unknown", "not_applied",
+/// "awaiting_approval", "approved"}`.
 #[derive(Serialize)]
 struct CountsJson {
     records: u64,
@@ -26,6 +27,8 @@ struct CountsJson {
     in_progress: u64,
     outcome_unknown: u64,
     not_applied: u64,
+    awaiting_approval: u64,
+    approved: u64,
 }
 
 impl From<&StateCounts> for CountsJson {
@@ -36,6 +39,8 @@ impl From<&StateCounts> for CountsJson {
             in_progress: counts.in_progress,
             outcome_unknown: counts.outcome_unknown,
             not_applied: counts.not_applied,
+            awaiting_approval: counts.awaiting_approval,
+            approved: counts.approved,
         }
     }
 }
@@ -61,6 +66,8 @@ pub(super) async fn run(engine: &Engine, args: &StatsArgs) -> Result<Report, Cli
             c.in_progress.to_string(),
             c.outcome_unknown.to_string(),
             c.not_applied.to_string(),
+            c.awaiting_approval.to_string(),
+            c.approved.to_string(),
         ]
     };
     let mut rows: Vec<Vec<String>> = stats
@@ -84,6 +91,8 @@ pub(super) async fn run(engine: &Engine, args: &StatsArgs) -> Result<Report, Cli
             "IN PROGRESS",
             "OUTCOME UNKNOWN",
             "NOT APPLIED",
+            "AWAITING APPROVAL",
+            "APPROVED",
         ],
         &rows,
     )))

@@ -436,20 +436,20 @@ async fn stats_count_by_state_and_tool() {
     assert_eq!(
         lines(&json.stdout)[0],
         json!({
-            "total": {"records": 3, "completed": 2, "in_progress": 1, "outcome_unknown": 0, "not_applied": 0},
+            "total": {"records": 3, "completed": 2, "in_progress": 1, "outcome_unknown": 0, "not_applied": 0, "awaiting_approval": 0, "approved": 0},
             "by_tool": {
-                "send_email": {"records": 1, "completed": 0, "in_progress": 1, "outcome_unknown": 0, "not_applied": 0},
-                "send_refund": {"records": 2, "completed": 2, "in_progress": 0, "outcome_unknown": 0, "not_applied": 0},
+                "send_email": {"records": 1, "completed": 0, "in_progress": 1, "outcome_unknown": 0, "not_applied": 0, "awaiting_approval": 0, "approved": 0},
+                "send_refund": {"records": 2, "completed": 2, "in_progress": 0, "outcome_unknown": 0, "not_applied": 0, "awaiting_approval": 0, "approved": 0},
             },
         })
     );
     let table = idem(&w.engine, &["stats"]).await.unwrap().stdout;
     assert_eq!(
         table,
-        "TOOL         RECORDS  COMPLETED  IN PROGRESS  OUTCOME UNKNOWN  NOT APPLIED\n\
-         send_email   1        0          1            0                0\n\
-         send_refund  2        2          0            0                0\n\
-         all tools    3        2          1            0                0\n"
+        "TOOL         RECORDS  COMPLETED  IN PROGRESS  OUTCOME UNKNOWN  NOT APPLIED  AWAITING APPROVAL  APPROVED\n\
+         send_email   1        0          1            0                0            0                  0\n\
+         send_refund  2        2          0            0                0            0                  0\n\
+         all tools    3        2          1            0                0            0                  0\n"
     );
 }
 
@@ -555,7 +555,7 @@ fn exit_of(report: &Report) -> Exit {
 // without any, bad usage naming --actor
 #[test]
 fn the_actor_comes_from_the_option_or_the_environment() {
-    use super::resolve::{actor, ActorOrigin};
+    use super::decide::{actor, ActorOrigin};
     let some = |s: &str| Some(s.to_owned());
     assert_eq!(
         actor(Some("ana"), some("bob"), some("eve")).unwrap(),
@@ -756,11 +756,13 @@ async fn resolve_not_applied_and_error() {
     let stats = idem(&w.engine, &["stats", "--json"]).await.unwrap();
     assert_eq!(
         lines(&stats.stdout)[0]["total"],
-        json!({"records": 2, "completed": 1, "in_progress": 0, "outcome_unknown": 0, "not_applied": 1})
+        json!({"records": 2, "completed": 1, "in_progress": 0, "outcome_unknown": 0, "not_applied": 1, "awaiting_approval": 0, "approved": 0})
     );
     let table = idem(&w.engine, &["stats"]).await.unwrap().stdout;
     assert!(
-        table.ends_with("all tools    2        1          0            0                1\n"),
+        table.ends_with(
+            "all tools    2        1          0            0                1            0                  0\n"
+        ),
         "{table}"
     );
 }

@@ -350,9 +350,9 @@ fn stats_by_state_and_tool(backend: Backend) {
     assert_eq!(
         stats,
         json!({
-            "total": {"records": 3, "completed": 2, "in_progress": 1, "outcome_unknown": 0, "not_applied": 0},
+            "total": {"records": 3, "completed": 2, "in_progress": 1, "outcome_unknown": 0, "not_applied": 0, "awaiting_approval": 0, "approved": 0},
             "by_tool": {
-                "send_refund": {"records": 3, "completed": 2, "in_progress": 1, "outcome_unknown": 0, "not_applied": 0},
+                "send_refund": {"records": 3, "completed": 2, "in_progress": 1, "outcome_unknown": 0, "not_applied": 0, "awaiting_approval": 0, "approved": 0},
             },
         })
     );

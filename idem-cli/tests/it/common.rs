@@ -202,10 +202,16 @@ impl Tool {
     /// Calls `send_refund(order_id, amount_cents = 500)` in `conversation` as the tool
     /// would (its body answers `{"refund_id": "re_ORDER"}`), and says what happened.
     pub fn call(&self, conversation: &str, order_id: u64) -> Called {
+        self.call_tool(&SEND_REFUND, conversation, order_id)
+    }
+
+    /// Calls the tool `spec` as [`call`](Self::call) calls `send_refund`: the same
+    /// arguments, the same body.
+    pub fn call_tool(&self, spec: &'static ToolSpec, conversation: &str, order_id: u64) -> Called {
         let ctx = CallContext::new()
             .with_engine(self.engine.clone())
             .with_conversation(conversation);
-        let prepared = prepare(&SEND_REFUND, Some(&ctx), |a| {
+        let prepared = prepare(spec, Some(&ctx), |a| {
             a.key("order_id", &order_id)?.key("amount_cents", &500)?;
             Ok(())
         })

@@ -255,7 +255,11 @@ impl PreparedCall {
                         target: Target::AwaitingApproval,
                         now,
                         expires_at: record.expires_at,
-                        entry: HistoryEntry::new(now, HistoryEvent::ApprovalExpired, record.fence),
+                        entry: self.with_validity(HistoryEntry::new(
+                            now,
+                            HistoryEvent::ApprovalExpired,
+                            record.fence,
+                        )),
                     };
                     if self.approval_transition(back).await? {
                         return Err(self.awaiting_approval(now, true));
@@ -472,7 +476,11 @@ impl PreparedCall {
             target: Target::AwaitingApproval,
             now,
             expires_at,
-            entry: HistoryEntry::new(now, HistoryEvent::ApprovalRequested, fence),
+            entry: self.with_validity(HistoryEntry::new(
+                now,
+                HistoryEvent::ApprovalRequested,
+                fence,
+            )),
         };
         // Dropped before the request is recorded (or refused by the store): the claim is
         // given back, as any claim whose body never began (U4).
@@ -501,6 +509,14 @@ impl PreparedCall {
             )
             .await
             .map_err(|e| self.store_error(e))
+    }
+
+    /// `entry` with the tool's approval validity, which caps a person's approval (A3).
+    fn with_validity(&self, entry: HistoryEntry) -> HistoryEntry {
+        match self.spec.approval {
+            Some(valid_for) => entry.with_valid_for(valid_for),
+            None => entry,
+        }
     }
 
     fn awaiting_approval(&self, since: Timestamp, expired: bool) -> Error {

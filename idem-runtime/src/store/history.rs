@@ -23,6 +23,8 @@
 //! - `source`: where a completed outcome came from (`completed`: `executed`, `reconciled`);
 //! - `decision`: a person's decision (`resolved`: `applied`, `error`, `not_applied`);
 //! - `until`: when an approval expires (`approved`, ms since the Unix epoch);
+//! - `valid_for`: how long the tool lets an approval run it, in ms (`approval_requested`,
+//!   `approval_expired`);
 //! - `actor`, `note`: who decided, and why (`resolved`, `approved`, `denied`).
 //!
 //! A reader accepts the members in any order and ignores members it does not know, so a
@@ -31,6 +33,7 @@
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -55,6 +58,9 @@ pub struct HistoryEntry {
     pub actor: Option<String>,
     /// Why, in the decider's words.
     pub note: Option<String>,
+    /// How long an approval of this call may let it run, as the tool said when the call
+    /// asked for one (`approval_requested`, `approval_expired`; A3 caps an approval by it).
+    pub valid_for: Option<Duration>,
 }
 
 /// What a [`HistoryEntry`] tells of.
@@ -216,6 +222,8 @@ struct Wire {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     until: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    valid_for: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     actor: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     note: Option<String>,
@@ -231,7 +239,14 @@ impl HistoryEntry {
             owner: None,
             actor: None,
             note: None,
+            valid_for: None,
         }
+    }
+
+    /// This entry with the tool's approval validity (a request for approval, A3).
+    pub fn with_valid_for(mut self, valid_for: Duration) -> Self {
+        self.valid_for = Some(valid_for);
+        self
     }
 
     /// This entry with the owner token of a claim or takeover.
@@ -282,6 +297,7 @@ impl HistoryEntry {
             source: source.map(str::to_owned),
             decision: decision.map(str::to_owned),
             until,
+            valid_for: self.valid_for.map(crate::clock::duration_millis),
             actor: self.actor.clone(),
             note: self.note.clone(),
         };
@@ -341,6 +357,7 @@ impl HistoryEntry {
             owner,
             actor: wire.actor,
             note: wire.note,
+            valid_for: wire.valid_for.map(Duration::from_millis),
         }
     }
 }
@@ -442,7 +459,8 @@ mod tests {
             )
             .with_actor("ana", Some("bank: no refund \"re_1\"\nline two".to_owned())),
             HistoryEntry::new(at, HistoryEvent::Released, 4),
-            HistoryEntry::new(at, HistoryEvent::ApprovalRequested, 1),
+            HistoryEntry::new(at, HistoryEvent::ApprovalRequested, 1)
+                .with_valid_for(Duration::from_secs(1_800)),
             HistoryEntry::new(
                 at,
                 HistoryEvent::Approved {

@@ -306,7 +306,7 @@ async fn f3_a_call_dropped_during_its_request_releases_its_claim() {
 // answered `AlreadyDecided` — success, exit 0 — and writes nothing; the next call then finds
 // it expired and waits again. The operator's approval is silently lost.
 // Fixed when the approval expired by the approver's own validity (`Approval::valid_for`);
-// an expiry by the tool's shorter validity is finding 5, left open.
+// (and by the tool's shorter validity, which the request records: finding 5, fixed).
 #[tokio::test]
 async fn f4_reapproving_an_expired_approval_lets_the_call_run() {
     let h = Harness::new();
@@ -330,7 +330,6 @@ async fn f4_reapproving_an_expired_approval_lets_the_call_run() {
 // the tool's, but the record (what `approve` answers and `idem show` prints as "until") keeps
 // the approver's: 10 minutes asked on a tool valid 1 minute shows 10 minutes.
 #[tokio::test]
-#[ignore = "finding 5: the recorded/answered `until` of an approval ignores the tool's shorter validity (A3/A6)"]
 async fn f5_the_shown_until_is_capped_by_the_tool() {
     let h = Harness::new();
     let spec = held("f5_until");
