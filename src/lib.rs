@@ -63,9 +63,11 @@
 //! `on_unknown` (`"hold"`, the default: an unknown outcome is held for a person's decision,
 //! `idem resolve`, U2; or `"rerun"`: at least once, re-run after the lease lapses, U2a),
 //! `reconcile` (the fn asked whether the effect of a run whose outcome is unknown happened,
-//! U3), `name`, `skip(…)`, `key(…)`, `store` and `dispatch`, and what it checks at compile
-//! time: an argument that cannot be part of a key, or a return type that cannot be saved, is
-//! an error at that type. Durations are humantime strings applied in whole milliseconds.
+//! U3), `name`, `skip(…)`, `key(…)`, `store`, `dispatch`, `audit` and `require_approval`
+//! (a person approves each key before its body runs, A1; approvals valid 1 h, or as long as
+//! `require_approval = "30m"` says), and what it checks at compile time: an argument that
+//! cannot be part of a key, or a return type that cannot be saved, is an error at that type.
+//! Durations are humantime strings applied in whole milliseconds.
 //!
 //! # Sync tools, choosing the key, an explicit context
 //!

@@ -1,5 +1,5 @@
 //! The grammar of `#[idempotent(…)]`: options parsed into a typed value that keeps the
-//! span of every token a later error may point at (contract C3, K6–K8, S8, L1, U2–U4).
+//! span of every token a later error may point at (contract C3, K6–K8, S8, L1, U2–U4, A1).
 //!
 //! ```text
 //! options  := (option ("," option)* ","?)?
@@ -9,10 +9,15 @@
 //!           | "reconcile" "=" PATH
 //!           | "name" "=" STRING | "store" "=" STRING | "dispatch" "=" BOOL
 //!           | "skip" "(" idents ")" | "key" "(" idents ")" | "audit"
+//!           | "require_approval" ("=" STRING)?
 //! ```
 //!
 //! A scope `STRING` is one scope name or several joined by `+`, outermost first
 //! (`"tenant+conversation"`, K7).
+//!
+//! `require_approval` alone is a flag (approvals valid the runtime's
+//! `ToolSpec::DEFAULT_APPROVAL_VALID_FOR`, 1 h); with a `STRING`, how long an approval is
+//! valid (A1).
 //!
 //! `PATH` is an expression path naming a fn (`check_refund`, `Self::check_refund`,
 //! `crate::bank::check_refund`), not a string.
@@ -88,6 +93,11 @@ pub(crate) struct Options {
     pub store: Option<StoreOption>,
     /// `audit`: records keep the canonical key arguments (P2).
     pub audit: Option<Span>,
+    /// `require_approval` (A1): every key's first call waits for a person's approval. The
+    /// value is how long an approval is valid: `None` for the flag alone (the runtime's
+    /// default, 1 h), `Some` for `require_approval = "30m"`. The span is the literal's, or
+    /// the option's for the flag.
+    pub require_approval: Option<Spanned<Option<Duration>>>,
     /// `crate = "path"`: where the generated code finds the facade, instead of looking it
     /// up in the user's `Cargo.toml` (`facade.rs`).
     pub krate: Option<syn::Path>,
@@ -123,6 +133,7 @@ const OPTIONS: &[&str] = &[
     "store",
     "crate",
     "audit",
+    "require_approval",
 ];
 
 /// Parses the attribute's arguments. Returns what parsed, and the errors (combined) if
@@ -183,6 +194,27 @@ fn parse_options(
                     errors.at(option.span(), duplicate(&option_name));
                 } else {
                     options.audit = Some(option.span());
+                }
+            }
+            "require_approval" => {
+                // A flag, or a flag with a value: `require_approval = "30m"`.
+                let value = if input.peek(Token![=]) {
+                    Some(parse_value(input, &option)?)
+                } else {
+                    None
+                };
+                if repeated {
+                    errors.at(option.span(), duplicate(&option_name));
+                } else if let Some(value) = value {
+                    if let Err(error) = set_value(options, &option_name, &value) {
+                        options.invalid.push(option_name);
+                        errors.push(error);
+                    }
+                } else {
+                    options.require_approval = Some(Spanned {
+                        value: None,
+                        span: option.span(),
+                    });
                 }
             }
             "skip" | "key" => {
@@ -333,7 +365,7 @@ fn string_literal(value: &Expr, option: &str, example: &str) -> syn::Result<LitS
 }
 
 /// The options whose value is a duration.
-const DURATIONS: &[&str] = &["ttl", "lease", "wait", "heartbeat"];
+const DURATIONS: &[&str] = &["ttl", "lease", "wait", "heartbeat", "require_approval"];
 
 fn set_value(options: &mut Options, option: &str, value: &Expr) -> syn::Result<()> {
     match option {
@@ -362,6 +394,26 @@ fn set_value(options: &mut Options, option: &str, value: &Expr) -> syn::Result<(
                 "heartbeat" => options.heartbeat = Some(duration),
                 _ => options.wait = Some(duration),
             }
+        }
+        "require_approval" => {
+            if let Expr::Lit(ExprLit {
+                lit: Lit::Bool(lit),
+                ..
+            }) = value
+            {
+                return Err(syn::Error::new(
+                    lit.span,
+                    format!(
+                        "`require_approval` is a flag, not `{}`: write `require_approval` for approvals valid 1h (the default), or `require_approval = \"30m\"` for how long an approval lets a call run; leave it out for no approval",
+                        lit.value
+                    ),
+                ));
+            }
+            let lit = string_literal(value, option, "\"30m\"")?;
+            options.require_approval = Some(Spanned {
+                value: Some(parse_duration(&lit, option)?),
+                span: lit.span(),
+            });
         }
         "on_cancel" => {
             let lit = string_literal(value, option, "\"hold\"")?;
@@ -453,6 +505,12 @@ fn parse_duration(lit: &LitStr, option: &str) -> syn::Result<Duration> {
         return Err(syn::Error::new(
             lit.span(),
             "`heartbeat` must be longer than zero: it is the time between two renewals of a running call's lease; leave it out for the default, a third of the lease",
+        ));
+    }
+    if option == "require_approval" && duration.is_zero() {
+        return Err(syn::Error::new(
+            lit.span(),
+            "`require_approval` must be longer than zero: an approval valid for no time would let no call run; write `require_approval` alone for approvals valid 1h, or leave the option out for no approval",
         ));
     }
     Ok(duration)
@@ -947,6 +1005,120 @@ mod tests {
                 message.contains("heartbeat, on_cancel, on_unknown, reconcile"),
                 "the option list names the new options: {message}"
             );
+        }
+    }
+
+    // pins A1, C3: `require_approval` alone is a flag (the runtime's default validity);
+    // `require_approval = "…"` is how long an approval is valid, a humantime duration in
+    // whole milliseconds, longer than zero; leaving it out requires no approval
+    #[test]
+    fn require_approval_is_a_flag_or_a_duration() {
+        let flag = ok(quote!(require_approval)).require_approval.unwrap();
+        assert_eq!(flag.value, None, "the flag keeps the runtime's default");
+        let options = ok(quote!(require_approval = "30m", audit));
+        assert_eq!(
+            options.require_approval.unwrap().value,
+            Some(Duration::from_secs(30 * 60))
+        );
+        assert!(options.audit.is_some());
+        assert_eq!(
+            ok(quote!(key(order), require_approval = "1h 30m", ttl = "48h"))
+                .require_approval
+                .unwrap()
+                .value,
+            Some(Duration::from_secs(90 * 60))
+        );
+        assert_eq!(
+            ok(quote!(require_approval = " 1500ms "))
+                .require_approval
+                .unwrap()
+                .value,
+            Some(Duration::from_millis(1500))
+        );
+        assert!(ok(quote!()).require_approval.is_none());
+        assert!(ok(quote!(require_approval,)).require_approval.is_some());
+        assert!(ok(quote!(r#require_approval)).require_approval.is_some());
+
+        let message = err(quote!(require_approval = "0s"));
+        assert!(
+            message.contains("`require_approval` must be longer than zero"),
+            "{message}"
+        );
+        assert!(
+            message.contains("leave the option out for no approval"),
+            "{message}"
+        );
+        assert!(err(quote!(require_approval = "0ms")).contains("longer than zero"));
+        assert!(err(quote!(require_approval = "1500us")).contains("whole number of milliseconds"));
+        let message = err(quote!(require_approval = "soon"));
+        assert!(
+            message.contains("invalid duration \"soon\" for `require_approval`"),
+            "{message}"
+        );
+        assert!(err(quote!(require_approval = 30m)).contains(
+            "write the duration of `require_approval` as a string: `require_approval = \"30m\"`"
+        ));
+        assert!(err(quote!(require_approval = 30))
+            .contains("takes a string literal: `require_approval = \"30m\"`"));
+        for flag in [quote!(true), quote!(false)] {
+            let message = err(quote!(require_approval = #flag));
+            assert!(
+                message.contains("`require_approval` is a flag, not `"),
+                "{message}"
+            );
+            assert!(
+                message.contains("`require_approval = \"30m\"`"),
+                "{message}"
+            );
+        }
+        // a value that did not parse is recorded as such, and leaves no requirement
+        let (options, _) = parse(quote!(require_approval = "soon"));
+        assert!(options.require_approval.is_none());
+        assert_eq!(options.invalid, ["require_approval"]);
+    }
+
+    // pins A1, C3: `require_approval` is a duplicate like the other options, whether
+    // written as a flag or with a value, and typos of it are suggested
+    #[test]
+    fn require_approval_is_checked_like_the_others() {
+        for tokens in [
+            quote!(require_approval, require_approval),
+            quote!(require_approval, require_approval = "30m"),
+            quote!(require_approval = "30m", require_approval),
+            quote!(require_approval = "x", require_approval = "1h"),
+        ] {
+            let message = err(tokens);
+            assert!(
+                message.contains("duplicate #[idempotent] option `require_approval`"),
+                "{message}"
+            );
+        }
+        let (options, _) = parse(quote!(require_approval = "2h", require_approval = "1h"));
+        assert_eq!(
+            options.require_approval.unwrap().value,
+            Some(Duration::from_secs(7200)),
+            "the first value stays"
+        );
+        for typo in [
+            "require_aproval",
+            "requires_approval",
+            "require_approvals",
+            "requireapproval",
+            "require_approva",
+            "reqiure_approval",
+        ] {
+            let typo = Ident::new(typo, Span::call_site());
+            for tokens in [quote!(#typo), quote!(#typo = "30m")] {
+                let message = err(tokens);
+                assert!(
+                    message.contains("did you mean `require_approval`?"),
+                    "{message}"
+                );
+                assert!(
+                    message.contains("audit, require_approval"),
+                    "the option list names it: {message}"
+                );
+            }
         }
     }
 

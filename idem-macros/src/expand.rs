@@ -36,7 +36,9 @@
 //! The spec also carries `heartbeat` (`Some(Duration::from_millis(N))`, or `None` for the
 //! runtime's default, a third of the lease), `on_cancel` (`::idem_agent::OnCancel::Hold` unless
 //! `on_cancel = "release"`), `on_unknown` (`::idem_agent::OnUnknown::Hold` unless
-//! `on_unknown = "rerun"`) and `reconcile` (whether `reconcile = PATH` is given). With
+//! `on_unknown = "rerun"`), `reconcile` (whether `reconcile = PATH` is given) and `approval`
+//! (`None`; `require_approval` alone gives `Some(::idem_agent::ToolSpec::DEFAULT_APPROVAL_VALID_FOR)`,
+//! `require_approval = "30m"` gives `Some(Duration::from_millis(1800000))`, A1). With
 //! `reconcile = check_refund`, the call is claimed first, and a record left
 //! outcome-unknown is settled by the reconcile fn before the body may run (U3):
 //!
@@ -185,14 +187,15 @@ fn duration(
     default: TokenStream,
 ) -> TokenStream {
     match value {
-        Some(duration) => {
-            let millis = Literal::u64_unsuffixed(
-                u64::try_from(duration.value.as_millis()).unwrap_or(u64::MAX),
-            );
-            quote!(::core::time::Duration::from_millis(#millis))
-        }
+        Some(duration) => millis(duration.value),
         None => default,
     }
+}
+
+/// `::core::time::Duration::from_millis(N)`: a duration as the generated code writes it.
+fn millis(duration: std::time::Duration) -> TokenStream {
+    let millis = Literal::u64_unsuffixed(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX));
+    quote!(::core::time::Duration::from_millis(#millis))
 }
 
 /// `static __IDEM_SPEC: ToolSpec = …;`, after the check that the store option's backend
@@ -239,6 +242,16 @@ pub(crate) fn spec_literal(options: &Options, tool_name: &str) -> (TokenStream, 
         Some(OnUnknown::Rerun) => quote!(#idem::OnUnknown::Rerun),
     };
     let reconcile = options.reconcile.is_some();
+    let approval = match options.require_approval.as_ref().map(|a| a.value) {
+        None => quote!(::core::option::Option::None),
+        Some(None) => {
+            quote!(::core::option::Option::Some(#idem::ToolSpec::DEFAULT_APPROVAL_VALID_FOR))
+        }
+        Some(Some(valid_for)) => {
+            let valid_for = millis(valid_for);
+            quote!(::core::option::Option::Some(#valid_for))
+        }
+    };
     let (store, store_check) = match &options.store {
         Some(store) => {
             let locator = &store.locator;
@@ -266,6 +279,7 @@ pub(crate) fn spec_literal(options: &Options, tool_name: &str) -> (TokenStream, 
             reconcile: #reconcile,
             store: #store,
             audit: #audit,
+            approval: #approval,
         }
     };
     (literal, store_check)
@@ -701,6 +715,36 @@ mod tests {
             "{output}"
         );
         assert!(!output.contains("__private :: begin"), "{output}");
+    }
+
+    // pins A1: `require_approval` reaches the tool's spec: the runtime's default validity
+    // for the flag, the written one in milliseconds, none without the option
+    #[test]
+    fn spec_carries_the_approval() {
+        let item = quote!(
+            fn f(a: u8) -> Result<u8, E> {
+                Ok(a)
+            }
+        );
+        for (args, approval) in [
+            (
+                quote!(require_approval),
+                "approval : :: core :: option :: Option :: Some (:: idem_agent :: ToolSpec :: DEFAULT_APPROVAL_VALID_FOR)",
+            ),
+            (
+                quote!(require_approval = "30m"),
+                "approval : :: core :: option :: Option :: Some (:: core :: time :: Duration :: from_millis (1800000))",
+            ),
+            (quote!(), "approval : :: core :: option :: Option :: None"),
+        ] {
+            let output = expanded(args, item.clone());
+            assert!(output.contains(approval), "{output}");
+        }
+        let output = expanded(quote!(require_approval, crate = "my::idem"), item);
+        assert!(
+            output.contains("Some (my :: idem :: ToolSpec :: DEFAULT_APPROVAL_VALID_FOR)"),
+            "{output}"
+        );
     }
 
     // pins U3: a reconciling tool claims, reconciles an outcome-unknown record with every

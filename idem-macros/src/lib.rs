@@ -67,15 +67,20 @@ use proc_macro::TokenStream;
 /// | `store = "sqlite:agent.db"` | none | The tool's own store, as a store locator (`memory`, `sqlite:PATH`, `redis://…`, `postgres://…`; syntax in `idem_agent::store::locator`), opened on first use and shared by every tool naming the same locator. It wins over the call context's engine and the process default (the context's clock is still used). The scheme is checked at expansion; a backend whose cargo feature is off is a compile error naming the feature. |
 /// | `dispatch = false` | `true` | Leaves out the dispatch companion (below). |
 /// | `crate = "path"` | looked up | Where the generated code reaches the `idem-agent` facade. By default the attribute reads the `Cargo.toml` of the crate being compiled and uses the dependency's name there (`idem-agent = "0.1"` gives `idem_agent`; `idem = { package = "idem-agent", … }` gives `idem`; `workspace = true` is followed); this option overrides the look-up, for a crate that reaches the facade through a re-export (`crate = "my_platform::idem"`), as serde's `#[serde(crate = "…")]` does. |
+/// | `audit` | off | Records also keep the canonical JSON of the key arguments (never the fingerprint-only ones), for `idem show` and `idem ls --json` (P2); off, records hold no arguments. |
+/// | `require_approval`, `require_approval = "30m"` | off | A person approves each key before its body runs (A1–A6): the key's first call records a request and gets a non-retryable `idem_agent::Error::AwaitingApproval`; once a person approves it (`idem approve KEY`, `Engine::approve`) the next call runs the body once, while the approval is valid: the written duration, 1 h (`idem_agent::ToolSpec::DEFAULT_APPROVAL_VALID_FOR`) for the flag alone, or less if the approver says so. A denial (`idem deny KEY`) is saved and replayed as `idem_agent::Error::Denied`. Records keep the key arguments, as with `audit`, so the person sees what they approve. |
 ///
-/// Durations (`ttl`, `lease`, `wait`, `heartbeat`) are [humantime](https://docs.rs/humantime)
-/// strings (`"90s"`, `"30m"`, `"1h 30m"`, `"7d"`, `"500ms"`), parsed when the attribute
-/// expands and applied in whole milliseconds (`"1500us"` is an error). The TTL must be
-/// positive and at least the lease; the heartbeat positive and shorter than the lease
-/// written, else than the 60 s default: with renewals further apart than the lease, the
-/// lease would lapse between two of them. They are defaults: an engine may override them
-/// at run time per tool (`EngineBuilder::tool`, or the `IDEM_TOOL_<TOOL>_<SETTING>`
-/// environment variables; contract E1, E2, see `idem_agent::settings`).
+/// Durations (`ttl`, `lease`, `wait`, `heartbeat`, `require_approval = "…"`) are
+/// [humantime](https://docs.rs/humantime) strings (`"90s"`, `"30m"`, `"1h 30m"`, `"7d"`,
+/// `"500ms"`), parsed when the attribute expands and applied in whole milliseconds
+/// (`"1500us"` is an error). The TTL must be positive and at least the lease; the heartbeat
+/// positive and shorter than the lease written, else than the 60 s default: with renewals
+/// further apart than the lease, the lease would lapse between two of them; an approval's
+/// validity positive. All of these are defaults: an engine may override them at run time
+/// per tool (`EngineBuilder::tool`, or the `IDEM_TOOL_<TOOL>_<SETTING>` environment
+/// variables; approval is turned on or off with `ToolSettings::require_approval` /
+/// `without_approval` or `IDEM_TOOL_<TOOL>_APPROVAL` = `required`, `off` or a duration;
+/// contract E1, E2, see `idem_agent::settings`).
 ///
 /// # Long calls and unknown outcomes
 ///
@@ -140,9 +145,10 @@ use proc_macro::TokenStream;
 ///   `E: idem_agent::IdempotentError` (`idem_agent::ToolError` is ready-made); otherwise an error at
 ///   the return type says which part is missing.
 /// - The options are well formed: an unknown or repeated option, a bad duration or scope
-///   or tool name, a heartbeat not shorter than the lease, an `on_cancel` other than
-///   `"hold"` or `"release"`, an `on_unknown` other than `"hold"` or `"rerun"`, a
-///   `reconcile` that is not a path, and a `skip`/`key` name that is not an argument are
+///   or tool name, a heartbeat not shorter than the lease, a `require_approval` of zero
+///   or of `true`/`false` (it is a flag), an `on_cancel` other than `"hold"` or
+///   `"release"`, an `on_unknown` other than `"hold"` or `"rerun"`, a `reconcile` that is
+///   not a path, and a `skip`/`key` name that is not an argument are
 ///   errors at the offending token. The fn is then still emitted unchanged, so its callers
 ///   get no secondary errors.
 /// - A reconcile fn that does not exist is rustc's "cannot find function" at its path; one

@@ -412,6 +412,21 @@ mod tests {
         }
     }
 
+    // pins A1: `require_approval` reaches an rmcp tool's spec, in the static and in the
+    // `meta` of `#[tool]` alike
+    #[test]
+    fn require_approval_reaches_an_rmcp_tool_spec() {
+        let out = expanded(
+            quote!(require_approval = "10m"),
+            quote! {
+                #[tool]
+                async fn send_refund(&self) -> String { String::new() }
+            },
+        );
+        let approval = "approval : :: core :: option :: Option :: Some (:: core :: time :: Duration :: from_millis (600000))";
+        assert_eq!(out.matches(approval).count(), 2, "{out}");
+    }
+
     // pins M12, C3: `reconcile` and `dispatch` are errors on an rmcp tool, and the method
     // is emitted unchanged
     #[test]

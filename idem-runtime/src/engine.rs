@@ -271,12 +271,7 @@ impl EngineBuilder {
     /// ```
     pub fn tool(mut self, name: impl Into<String>, settings: ToolSettings) -> Self {
         let entry = self.tools.entry(name.into()).or_default();
-        *entry = ToolSettings {
-            ttl: settings.ttl.or(entry.ttl),
-            lease: settings.lease.or(entry.lease),
-            wait: settings.wait.or(entry.wait),
-            heartbeat: settings.heartbeat.or(entry.heartbeat),
-        };
+        *entry = settings.or(*entry);
         self
     }
 
@@ -292,7 +287,8 @@ impl EngineBuilder {
     ///
     /// # Errors
     /// Tools' settings (E3), checked before any store is opened:
-    /// [`EngineConfigError::InvalidDuration`] and [`EngineConfigError::UnknownSetting`]
+    /// [`EngineConfigError::InvalidDuration`], [`EngineConfigError::InvalidApproval`] and
+    /// [`EngineConfigError::UnknownSetting`]
     /// for an `IDEM_TOOL_…` variable (with [`settings_from_env`](Self::settings_from_env)),
     /// [`EngineConfigError::ZeroDuration`], [`EngineConfigError::TtlShorterThanLease`] and
     /// [`EngineConfigError::HeartbeatNotShorterThanLease`] among one tool's overrides.

@@ -71,7 +71,7 @@ pub use label::{RecordLabel, ScopePart, ScopePath};
 pub use outcome::{CallRecord, CallStatus, IdempotentError, OutcomeSource, ToolError, ToolOutput};
 pub use reconcile::{ReconcileVerdict, Reconciled};
 pub use scope::Scope;
-pub use settings::{EngineConfigError, Setting, ToolSettings};
+pub use settings::{ApprovalSetting, EngineConfigError, Setting, ToolSettings};
 pub use spec::{OnCancel, OnUnknown, ToolSpec};
 #[cfg(feature = "memory")]
 pub use store::MemoryStore;

@@ -1,7 +1,8 @@
 //! Run-time settings of tools (contract E1–E3): a deployment changes a tool's `ttl`,
-//! `lease`, `wait` and `heartbeat` without recompiling.
+//! `lease`, `wait` and `heartbeat`, and whether it requires a person's approval (A1), without
+//! recompiling.
 //!
-//! The attribute's values (`#[idempotent(ttl = "24h")]`, or a hand-built
+//! The attribute's values (`#[idempotent(ttl = "24h")]`, `#[idempotent(require_approval)]`, or a hand-built
 //! [`ToolSpec`]) are the defaults. An [`Engine`](crate::Engine) may override them per tool,
 //! most specific first:
 //!
@@ -9,18 +10,25 @@
 //! 2. the environment, read when the engine is built if
 //!    [`EngineBuilder::settings_from_env`](crate::EngineBuilder::settings_from_env) was
 //!    asked, and once per process by the [default engine](crate::default_engine):
-//!    `IDEM_TOOL_<TOOL>_<SETTING>=<duration>`, where
+//!    `IDEM_TOOL_<TOOL>_<SETTING>=<value>`, where
 //!    - `<TOOL>` is the tool's name (K6) upper-cased, every character that is not an ASCII
 //!      letter or digit written as `_` (`send_refund` and `send.refund` are both
 //!      `SEND_REFUND`, and share the variables);
-//!    - `<SETTING>` is `TTL`, `LEASE`, `WAIT` or `HEARTBEAT` (the text after the last `_`);
-//!    - `<duration>` is a humantime duration in whole milliseconds, as in the attribute:
-//!      `48h`, `90s`, `500ms`, `1h 30m`.
+//!    - `<SETTING>` is `TTL`, `LEASE`, `WAIT`, `HEARTBEAT` or `APPROVAL` (the text after
+//!      the last `_`);
+//!    - `<value>`, for `TTL`, `LEASE`, `WAIT` and `HEARTBEAT`, is a humantime duration in
+//!      whole milliseconds, as in the attribute: `48h`, `90s`, `500ms`, `1h 30m`;
+//!    - `<value>`, for `APPROVAL`, is `required` (approval required, each approval valid
+//!      [`ToolSpec::DEFAULT_APPROVAL_VALID_FOR`], 1 h), `off` (no approval, whatever the
+//!      attribute says), or a duration as above (approval required, each approval valid
+//!      that long); `required` and `off` in any case.
 //!
-//!    For example `IDEM_TOOL_SEND_REFUND_TTL=48h` and `IDEM_TOOL_SEND_REFUND_LEASE=2m`;
+//!    For example `IDEM_TOOL_SEND_REFUND_TTL=48h`, `IDEM_TOOL_SEND_REFUND_LEASE=2m` and
+//!    `IDEM_TOOL_SEND_REFUND_APPROVAL=30m`;
 //! 3. the attribute.
 //!
-//! Each setting is taken from the first place that sets it. Invalid overrides are an
+//! Each setting is taken from the first place that sets it: an approval override turns
+//! approval on or off whatever the attribute says. Invalid overrides are an
 //! [`EngineConfigError`] when the engine is built (E3); a combination that is invalid only
 //! together with the attribute's values (an overridden lease longer than the attribute's
 //! ttl) is an [`Error::Config`] for every call of that tool, before its body runs.
@@ -31,12 +39,18 @@
 //! use idem_agent::{Engine, ToolSettings, ToolSpec};
 //!
 //! let engine = Engine::builder()
-//!     .tool("send_refund", ToolSettings::new().with_ttl(Duration::from_secs(48 * 3600)))
+//!     .tool(
+//!         "send_refund",
+//!         ToolSettings::new()
+//!             .with_ttl(Duration::from_secs(48 * 3600))
+//!             .require_approval(Duration::from_secs(30 * 60)),
+//!     )
 //!     .build()?;
 //! static SPEC: ToolSpec = ToolSpec::new("send_refund");
 //! let effective = engine.effective_spec(&SPEC)?;
 //! assert_eq!(effective.ttl, Duration::from_secs(48 * 3600));
 //! assert_eq!(effective.lease, ToolSpec::DEFAULT_LEASE); // not overridden: the attribute's
+//! assert_eq!(effective.approval, Some(Duration::from_secs(30 * 60)));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
@@ -51,7 +65,7 @@ use crate::store::StoreConfigError;
 /// The prefix of the environment variables that override a tool's settings (E2).
 pub const TOOL_ENV_PREFIX: &str = "IDEM_TOOL_";
 
-/// Overrides of one tool's settings (E1); `None` keeps the attribute's value.
+/// Overrides of one tool's settings (E1, A1); `None` keeps the attribute's value.
 ///
 /// Every span is a [`Duration`], applied in whole milliseconds (a part below a millisecond
 /// is dropped). Give it to [`EngineBuilder::tool`](crate::EngineBuilder::tool).
@@ -81,6 +95,36 @@ pub struct ToolSettings {
     /// How often the owner renews its lease while the body runs (L1,
     /// [`ToolSpec::heartbeat`]). Shorter than the lease, and not zero.
     pub heartbeat: Option<Duration>,
+    /// Whether the tool requires a person's approval, and how long an approval lets a call
+    /// run (A1, [`ToolSpec::approval`]): either way it wins over the attribute's
+    /// `require_approval`. A validity is not zero.
+    pub approval: Option<ApprovalSetting>,
+}
+
+/// A tool's approval requirement set at run time (A1, E1): it wins over the attribute's
+/// `#[idempotent(require_approval)]`, turning approval on or off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ApprovalSetting {
+    /// No approval, even if the attribute requires one (`IDEM_TOOL_<TOOL>_APPROVAL=off`).
+    Off,
+    /// A person approves each key's first call; an approval lets one call run for
+    /// `valid_for` (`IDEM_TOOL_<TOOL>_APPROVAL=required` for
+    /// [`ToolSpec::DEFAULT_APPROVAL_VALID_FOR`], or `=30m`).
+    Required {
+        /// How long an approval lets a call run, counted from the decision (A3). Not zero.
+        valid_for: Duration,
+    },
+}
+
+impl ApprovalSetting {
+    /// What the setting makes of [`ToolSpec::approval`]: `None` for [`Off`](Self::Off),
+    /// `Some(valid_for)` for [`Required`](Self::Required).
+    pub const fn valid_for(self) -> Option<Duration> {
+        match self {
+            ApprovalSetting::Off => None,
+            ApprovalSetting::Required { valid_for } => Some(valid_for),
+        }
+    }
 }
 
 impl ToolSettings {
@@ -91,6 +135,7 @@ impl ToolSettings {
             lease: None,
             wait: None,
             heartbeat: None,
+            approval: None,
         }
     }
 
@@ -118,45 +163,71 @@ impl ToolSettings {
         self
     }
 
+    /// Requires a person's approval of each key's first call, whatever the attribute says;
+    /// an approval lets one call run for `valid_for` (A1;
+    /// [`ToolSpec::DEFAULT_APPROVAL_VALID_FOR`] is the attribute's default).
+    pub const fn require_approval(mut self, valid_for: Duration) -> Self {
+        self.approval = Some(ApprovalSetting::Required { valid_for });
+        self
+    }
+
+    /// Requires no approval, even if the attribute does (A1).
+    pub const fn without_approval(mut self) -> Self {
+        self.approval = Some(ApprovalSetting::Off);
+        self
+    }
+
     /// Whether nothing is overridden.
     pub const fn is_empty(&self) -> bool {
         self.ttl.is_none()
             && self.lease.is_none()
             && self.wait.is_none()
             && self.heartbeat.is_none()
+            && self.approval.is_none()
     }
 
     /// Each setting from `self`, else from `other`.
-    fn or(self, other: ToolSettings) -> ToolSettings {
+    pub(crate) fn or(self, other: ToolSettings) -> ToolSettings {
         ToolSettings {
             ttl: self.ttl.or(other.ttl),
             lease: self.lease.or(other.lease),
             wait: self.wait.or(other.wait),
             heartbeat: self.heartbeat.or(other.heartbeat),
+            approval: self.approval.or(other.approval),
         }
     }
 
+    /// The duration `setting` overrides: for [`Setting::Approval`], the validity of a
+    /// required approval.
     fn get(&self, setting: Setting) -> Option<Duration> {
         match setting {
             Setting::Ttl => self.ttl,
             Setting::Lease => self.lease,
             Setting::Wait => self.wait,
             Setting::Heartbeat => self.heartbeat,
+            Setting::Approval => self.approval.and_then(ApprovalSetting::valid_for),
         }
     }
 
+    /// Overrides `setting` with `value`: for [`Setting::Approval`], approval required and
+    /// valid `value`.
     fn set(&mut self, setting: Setting, value: Duration) {
         let slot = match setting {
             Setting::Ttl => &mut self.ttl,
             Setting::Lease => &mut self.lease,
             Setting::Wait => &mut self.wait,
             Setting::Heartbeat => &mut self.heartbeat,
+            Setting::Approval => {
+                self.approval = Some(ApprovalSetting::Required { valid_for: value });
+                return;
+            }
         };
         *slot = Some(value);
     }
 }
 
-/// One of the four settings a [`ToolSettings`] overrides.
+/// One of the settings a [`ToolSettings`] overrides: four durations, and the approval
+/// requirement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Setting {
     /// [`ToolSettings::ttl`]; `TTL` in an environment variable.
@@ -167,35 +238,53 @@ pub enum Setting {
     Wait,
     /// [`ToolSettings::heartbeat`]; `HEARTBEAT` in an environment variable.
     Heartbeat,
+    /// [`ToolSettings::approval`]; `APPROVAL` in an environment variable, whose value is
+    /// `required`, `off` or a duration rather than a duration alone.
+    Approval,
 }
 
 impl Setting {
-    const ALL: [Setting; 4] = [
+    const ALL: [Setting; 5] = [
         Setting::Ttl,
         Setting::Lease,
         Setting::Wait,
         Setting::Heartbeat,
+        Setting::Approval,
     ];
 
-    /// The setting's name as the attribute writes it: `ttl`, `lease`, `wait`, `heartbeat`.
+    /// The setting's name as the attribute writes it: `ttl`, `lease`, `wait`, `heartbeat`,
+    /// `require_approval`.
     pub const fn name(self) -> &'static str {
         match self {
             Setting::Ttl => "ttl",
             Setting::Lease => "lease",
             Setting::Wait => "wait",
             Setting::Heartbeat => "heartbeat",
+            Setting::Approval => "require_approval",
         }
     }
 
     /// The setting's suffix in an environment variable: `TTL`, `LEASE`, `WAIT`,
-    /// `HEARTBEAT`.
+    /// `HEARTBEAT`, `APPROVAL`.
     pub const fn env_suffix(self) -> &'static str {
         match self {
             Setting::Ttl => "TTL",
             Setting::Lease => "LEASE",
             Setting::Wait => "WAIT",
             Setting::Heartbeat => "HEARTBEAT",
+            Setting::Approval => "APPROVAL",
         }
+    }
+}
+
+/// Every `<SETTING>` of an environment variable, for messages: `TTL, LEASE, WAIT, HEARTBEAT
+/// or APPROVAL`.
+fn env_suffixes() -> String {
+    let suffixes: Vec<&str> = Setting::ALL.iter().map(|s| s.env_suffix()).collect();
+    match suffixes.split_last() {
+        Some((last, [])) => (*last).to_owned(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
     }
 }
 
@@ -233,8 +322,9 @@ pub enum EngineConfigError {
         variable: String,
     },
 
-    /// An `IDEM_TOOL_<TOOL>_<SETTING>` variable holds no duration idem can use: not a
-    /// humantime duration, not a whole number of milliseconds, or not UTF-8 (E2, E3).
+    /// An `IDEM_TOOL_<TOOL>_<SETTING>` variable of a duration (`TTL`, `LEASE`, `WAIT`,
+    /// `HEARTBEAT`) holds no duration idem can use: not a humantime duration, not a whole
+    /// number of milliseconds, or not UTF-8 (E2, E3).
     #[error("the environment variable {variable} holds \"{text}\", which is not a usable duration: {reason}; write a number and a unit, like \"48h\", \"30m\", \"90s\" or \"500ms\"")]
     InvalidDuration {
         /// The variable's name (it names the tool and the setting).
@@ -245,17 +335,31 @@ pub enum EngineConfigError {
         reason: String,
     },
 
+    /// An `IDEM_TOOL_<TOOL>_APPROVAL` variable holds neither `required`, `off` nor a
+    /// duration idem can use (a humantime duration in whole milliseconds), or is not UTF-8
+    /// (A1, E2, E3).
+    #[error("the environment variable {variable} holds \"{text}\", which is not an approval setting: {reason}; write `required` (approval required, each approval valid {}), `off` (no approval), or how long an approval is valid, like \"30m\" or \"2h\" (approval required)", fmt_duration(ToolSpec::DEFAULT_APPROVAL_VALID_FOR))]
+    InvalidApproval {
+        /// The variable's name (it names the tool).
+        variable: String,
+        /// Its value (lossily converted if it was not UTF-8).
+        text: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
     /// A variable that starts with `IDEM_TOOL_` names no tool or no known setting: its
-    /// text after the last `_` is not `TTL`, `LEASE`, `WAIT` or `HEARTBEAT` (E3).
-    #[error("the environment variable {variable} is not a setting idem knows: write IDEM_TOOL_<TOOL>_<SETTING>, where <TOOL> is the tool's name upper-cased (every character other than a letter or digit as `_`) and <SETTING> is TTL, LEASE, WAIT or HEARTBEAT")]
+    /// text after the last `_` is not `TTL`, `LEASE`, `WAIT`, `HEARTBEAT` or `APPROVAL`
+    /// (E3).
+    #[error("the environment variable {variable} is not a setting idem knows: write IDEM_TOOL_<TOOL>_<SETTING>, where <TOOL> is the tool's name upper-cased (every character other than a letter or digit as `_`) and <SETTING> is {}", env_suffixes())]
     UnknownSetting {
         /// The variable's name.
         variable: String,
     },
 
     /// An overridden duration is zero, or shorter than the millisecond idem measures time
-    /// in (E3).
-    #[error("the {setting} of tool `{tool}`{origin} is zero: give a duration of at least 1 ms, or leave it out to keep the attribute's", origin = shown_variable(.variable))]
+    /// in; for [`Setting::Approval`], the validity of a required approval (E3).
+    #[error("the {}{origin} is zero: {}", zero_subject(*.setting, .tool), zero_hint(*.setting), origin = shown_variable(.variable))]
     ZeroDuration {
         /// The tool: its name as given to [`EngineBuilder::tool`](crate::EngineBuilder::tool),
         /// or, for a variable that no such tool matches, the `<TOOL>` part of the variable.
@@ -289,6 +393,24 @@ pub enum EngineConfigError {
         /// The lease.
         lease: Duration,
     },
+}
+
+/// What [`EngineConfigError::ZeroDuration`] says is zero: `ttl of tool `send_refund``.
+fn zero_subject(setting: Setting, tool: &str) -> String {
+    match setting {
+        Setting::Approval => format!("approval validity ({setting}) of tool `{tool}`"),
+        _ => format!("{setting} of tool `{tool}`"),
+    }
+}
+
+fn zero_hint(setting: Setting) -> String {
+    match setting {
+        Setting::Approval => format!(
+            "an approval valid for no time would let no call run; give a validity of at least 1 ms (`required` in the environment is {}), or turn approval off (`off`, `ToolSettings::without_approval`)",
+            fmt_duration(ToolSpec::DEFAULT_APPROVAL_VALID_FOR)
+        ),
+        _ => "give a duration of at least 1 ms, or leave it out to keep the attribute's".to_owned(),
+    }
 }
 
 fn shown_variable(variable: &Option<String>) -> String {
@@ -394,7 +516,8 @@ impl Overrides {
         given.or(env)
     }
 
-    /// `spec` with this engine's overrides applied (E1).
+    /// `spec` with this engine's overrides applied (E1); an approval override turns the
+    /// attribute's approval on or off (A1).
     ///
     /// # Errors
     /// [`Error::Config`] when an override together with a value of the attribute makes a
@@ -412,6 +535,10 @@ impl Overrides {
         effective.lease = over.lease.unwrap_or(spec.lease);
         effective.wait = over.wait.unwrap_or(spec.wait);
         effective.heartbeat = over.heartbeat.or(spec.heartbeat);
+        effective.approval = match over.approval {
+            Some(approval) => approval.valid_for(),
+            None => spec.approval,
+        };
         let origin = |overridden: bool| {
             if overridden {
                 "overridden"
@@ -503,30 +630,46 @@ fn read_env() -> Result<HashMap<String, ToolSettings>, EngineConfigError> {
     let mut tools: HashMap<String, ToolSettings> = HashMap::new();
     for (variable, value) in variables {
         let (tool, setting) = parse_variable(&variable)?;
-        let text = match value.into_string() {
-            Ok(text) => text,
-            Err(raw) => {
-                return Err(EngineConfigError::InvalidDuration {
-                    text: raw.to_string_lossy().into_owned(),
+        // The error for a value of this setting that idem cannot use.
+        let invalid = |text: String, reason: String| {
+            let variable = variable.clone();
+            match setting {
+                Setting::Approval => EngineConfigError::InvalidApproval {
                     variable,
-                    reason: "it is not valid UTF-8".to_owned(),
-                })
+                    text,
+                    reason,
+                },
+                _ => EngineConfigError::InvalidDuration {
+                    variable,
+                    text,
+                    reason,
+                },
             }
         };
-        let duration =
-            parse_env_duration(&text).map_err(|reason| EngineConfigError::InvalidDuration {
-                variable: variable.clone(),
-                text: text.clone(),
-                reason,
-            })?;
-        if duration.is_zero() {
+        let text = value.into_string().map_err(|raw| {
+            invalid(
+                raw.to_string_lossy().into_owned(),
+                "it is not valid UTF-8".to_owned(),
+            )
+        })?;
+        let settings = tools.entry(tool.clone()).or_default();
+        match setting {
+            Setting::Approval => {
+                settings.approval =
+                    Some(parse_env_approval(&text).map_err(|reason| invalid(text, reason))?);
+            }
+            _ => {
+                let duration = parse_env_duration(&text).map_err(|reason| invalid(text, reason))?;
+                settings.set(setting, duration);
+            }
+        }
+        if settings.get(setting).is_some_and(|d| d.is_zero()) {
             return Err(EngineConfigError::ZeroDuration {
                 tool,
                 setting,
                 variable: Some(variable),
             });
         }
-        tools.entry(tool).or_default().set(setting, duration);
     }
     Ok(tools)
 }
@@ -546,6 +689,26 @@ fn parse_variable(variable: &str) -> Result<(String, Setting), EngineConfigError
         return Err(unknown());
     }
     Ok((env_tool_name(tool), setting))
+}
+
+/// The value of an `IDEM_TOOL_<TOOL>_APPROVAL` variable (A1, E2): `required` (valid
+/// [`ToolSpec::DEFAULT_APPROVAL_VALID_FOR`]), `off`, in any case, or a duration (required,
+/// valid that long; a zero one is refused by the caller).
+fn parse_env_approval(text: &str) -> Result<ApprovalSetting, String> {
+    let word = text.trim();
+    if word.eq_ignore_ascii_case("required") {
+        return Ok(ApprovalSetting::Required {
+            valid_for: ToolSpec::DEFAULT_APPROVAL_VALID_FOR,
+        });
+    }
+    if word.eq_ignore_ascii_case("off") {
+        return Ok(ApprovalSetting::Off);
+    }
+    if !word.starts_with(|c: char| c.is_ascii_digit()) {
+        return Err("it is neither `required`, `off` nor a duration".to_owned());
+    }
+    let valid_for = parse_env_duration(word)?;
+    Ok(ApprovalSetting::Required { valid_for })
 }
 
 /// A humantime duration in whole milliseconds, as the attribute takes it (S8).
@@ -601,6 +764,175 @@ mod tests {
             .unwrap_err()
             .contains("whole number"));
         assert!(parse_env_duration("soon").is_err());
+    }
+
+    // pins A1, E2: `APPROVAL` is a setting of the variables' grammar; its value is
+    // `required`, `off` (any case) or a positive duration in whole milliseconds
+    #[test]
+    fn approval_variables_take_required_off_or_a_duration() {
+        assert_eq!(
+            env_variable("send.refund", Setting::Approval),
+            "IDEM_TOOL_SEND_REFUND_APPROVAL"
+        );
+        assert_eq!(
+            parse_variable("IDEM_TOOL_SEND_REFUND_APPROVAL").unwrap(),
+            ("SEND_REFUND".to_owned(), Setting::Approval)
+        );
+        assert_eq!(Setting::Approval.name(), "require_approval");
+        assert_eq!(env_suffixes(), "TTL, LEASE, WAIT, HEARTBEAT or APPROVAL");
+        let required = |valid_for| Ok(ApprovalSetting::Required { valid_for });
+        let hour = ToolSpec::DEFAULT_APPROVAL_VALID_FOR;
+        assert_eq!(hour, Duration::from_secs(3600));
+        for (text, expected) in [
+            ("required", required(hour)),
+            (" REQUIRED ", required(hour)),
+            ("Required", required(hour)),
+            ("off", Ok(ApprovalSetting::Off)),
+            ("OFF", Ok(ApprovalSetting::Off)),
+            ("30m", required(Duration::from_secs(1800))),
+            (" 1h 30m ", required(Duration::from_secs(5400))),
+            ("1500ms", required(Duration::from_millis(1500))),
+            // zero parses; `read_env` refuses it as `ZeroDuration`, naming the variable
+            ("0s", required(Duration::ZERO)),
+        ] {
+            assert_eq!(parse_env_approval(text), expected, "{text:?}");
+        }
+        for bad in ["yes", "true", "on", "", "requir", "never"] {
+            let reason = parse_env_approval(bad).unwrap_err();
+            assert_eq!(
+                reason, "it is neither `required`, `off` nor a duration",
+                "{bad:?}"
+            );
+        }
+        assert!(parse_env_approval("1500us")
+            .unwrap_err()
+            .contains("whole number of milliseconds"));
+        assert!(parse_env_approval("30 minutez").is_err());
+
+        let error = EngineConfigError::InvalidApproval {
+            variable: "IDEM_TOOL_SEND_REFUND_APPROVAL".into(),
+            text: "yes".into(),
+            reason: parse_env_approval("yes").unwrap_err(),
+        };
+        assert_eq!(
+            error.to_string(),
+            "the environment variable IDEM_TOOL_SEND_REFUND_APPROVAL holds \"yes\", which is not an approval setting: it is neither `required`, `off` nor a duration; write `required` (approval required, each approval valid 1h), `off` (no approval), or how long an approval is valid, like \"30m\" or \"2h\" (approval required)"
+        );
+        let error = EngineConfigError::UnknownSetting {
+            variable: "IDEM_TOOL_SEND_REFUND_APPROVE".into(),
+        };
+        assert!(
+            error
+                .to_string()
+                .ends_with("<SETTING> is TTL, LEASE, WAIT, HEARTBEAT or APPROVAL"),
+            "{error}"
+        );
+        let error = EngineConfigError::ZeroDuration {
+            tool: "SEND_REFUND".into(),
+            setting: Setting::Approval,
+            variable: Some("IDEM_TOOL_SEND_REFUND_APPROVAL".into()),
+        };
+        assert!(
+            error.to_string().starts_with("the approval validity (require_approval) of tool `SEND_REFUND` (from the environment variable IDEM_TOOL_SEND_REFUND_APPROVAL) is zero: an approval valid for no time would let no call run"),
+            "{error}"
+        );
+    }
+
+    // pins A1, E1: an approval override turns the attribute's approval on or off, with its
+    // own validity; the builder's beats the environment's; it counts as an override
+    #[test]
+    fn approval_override_wins_over_the_attribute() {
+        let hour = ToolSpec::DEFAULT_APPROVAL_VALID_FOR;
+        let half_hour = Duration::from_secs(1800);
+        assert!(!ToolSettings::new().without_approval().is_empty());
+        assert!(!ToolSettings::new().require_approval(hour).is_empty());
+        assert_eq!(
+            ToolSettings::new().require_approval(half_hour).approval,
+            Some(ApprovalSetting::Required {
+                valid_for: half_hour
+            })
+        );
+        assert_eq!(
+            ToolSettings::new()
+                .require_approval(half_hour)
+                .without_approval()
+                .approval,
+            Some(ApprovalSetting::Off),
+            "the later call wins"
+        );
+        assert_eq!(ApprovalSetting::Off.valid_for(), None);
+
+        let plain = ToolSpec::new("send_refund");
+        let mut approving = ToolSpec::new("send_refund");
+        approving.approval = Some(hour);
+        let with = |settings: ToolSettings| {
+            Overrides::checked(
+                HashMap::from([("send_refund".to_owned(), settings)]),
+                HashMap::new(),
+            )
+            .unwrap()
+        };
+        let on = with(ToolSettings::new().require_approval(half_hour));
+        assert_eq!(on.apply(&plain).unwrap().approval, Some(half_hour));
+        assert_eq!(on.apply(&approving).unwrap().approval, Some(half_hour));
+        let off = with(ToolSettings::new().without_approval());
+        assert_eq!(off.apply(&approving).unwrap().approval, None);
+        assert_eq!(off.apply(&plain).unwrap().approval, None);
+        // Other overrides leave the attribute's approval as it is.
+        let ttl = with(ToolSettings::new().with_ttl(Duration::from_secs(3600 * 48)));
+        assert_eq!(ttl.apply(&approving).unwrap().approval, Some(hour));
+        assert_eq!(ttl.apply(&plain).unwrap().approval, None);
+        // And an approval override leaves the other settings as they are.
+        let effective = on.apply(&approving).unwrap();
+        assert_eq!(
+            effective,
+            ToolSpec {
+                approval: Some(half_hour),
+                ..approving
+            }
+        );
+
+        // The builder's approval beats the environment's, the environment's fills the rest.
+        let overrides = Overrides::checked(
+            HashMap::from([(
+                "send_refund".to_owned(),
+                ToolSettings::new().without_approval(),
+            )]),
+            HashMap::from([(
+                "SEND_REFUND".to_owned(),
+                ToolSettings::new()
+                    .require_approval(half_hour)
+                    .with_wait(Duration::from_secs(1)),
+            )]),
+        )
+        .unwrap();
+        let over = overrides.for_tool("send_refund");
+        assert_eq!(over.approval, Some(ApprovalSetting::Off));
+        assert_eq!(over.wait, Some(Duration::from_secs(1)));
+        // The builder's entries are by exact name; the environment's by `<TOOL>`.
+        for other_name in ["send.refund", "SEND_REFUND"] {
+            assert_eq!(
+                overrides.for_tool(other_name).approval,
+                Some(ApprovalSetting::Required {
+                    valid_for: half_hour
+                }),
+                "{other_name}: no builder entry by that name, the environment's"
+            );
+        }
+
+        // A zero validity given in code is `ZeroDuration` for `Setting::Approval`.
+        let by_name = HashMap::from([(
+            "send_refund".to_owned(),
+            ToolSettings::new().require_approval(Duration::from_micros(999)),
+        )]);
+        assert_eq!(
+            Overrides::checked(by_name, HashMap::new()).unwrap_err(),
+            EngineConfigError::ZeroDuration {
+                tool: "send_refund".into(),
+                setting: Setting::Approval,
+                variable: None,
+            }
+        );
     }
 
     // pins E1, E3: builder overrides beat the environment's, field by field; relations are

@@ -1,5 +1,6 @@
 //! Run-time settings (contract E1–E3): an engine overrides a tool's ttl, lease, wait and
-//! heartbeat; the attribute's values are the defaults; invalid settings are typed errors.
+//! heartbeat, and whether it requires approval (A1); the attribute's values are the
+//! defaults; invalid settings are typed errors.
 //!
 //! Time moves on a manual clock only. The environment is process-wide: only
 //! `environment_settings` touches it (one test fn, so no other test of this binary sees a
@@ -9,10 +10,11 @@ mod support;
 
 use std::time::Duration;
 
+use idem_runtime::approval::Approval;
 use idem_runtime::settings::env_variable;
 use idem_runtime::{
-    prepare, CallContext, CallStatus, ClaimedCall, Engine, EngineConfigError, Error, Setting,
-    ToolError, ToolSettings, ToolSpec,
+    prepare, ApprovalSetting, CallContext, CallStatus, ClaimedCall, Engine, EngineConfigError,
+    Error, Setting, ToolError, ToolSettings, ToolSpec,
 };
 use support::{key_of, refund, rerun, spec, Harness};
 
@@ -198,6 +200,123 @@ async fn heartbeat_override_is_the_renewal_period() {
     drop(held);
 }
 
+/// `tool` with the attribute's `require_approval` validity `approval`.
+fn approving(tool: &'static ToolSpec, approval: Option<Duration>) -> &'static ToolSpec {
+    Box::leak(Box::new(ToolSpec { approval, ..*tool }))
+}
+
+// pins A1, A2, E1: `ToolSettings::require_approval` makes a tool whose attribute requires
+// none wait for a person: the first call records the request and the body does not run;
+// the overridden validity is the tool's own (an approval used after it expired waits again)
+#[tokio::test]
+async fn approval_override_requires_approval() {
+    let h = Harness::new();
+    let tool = spec("send_refund", 86_400_000, 60_000, 0);
+    assert_eq!(tool.approval, None);
+    let engine = engine_with(
+        &h,
+        "send_refund",
+        ToolSettings::new().require_approval(Duration::from_secs(10)),
+    );
+    assert_eq!(
+        engine.effective_spec(tool).unwrap().approval,
+        Some(Duration::from_secs(10))
+    );
+    let ctx = ctx(&engine, "c1");
+    for order in [1, 2] {
+        for _ in 0..2 {
+            match refund(tool, &ctx, &h.log, order).await {
+                Err(ToolError::Idem(Error::AwaitingApproval { tool, expired, .. })) => {
+                    assert_eq!(tool, "send_refund");
+                    assert!(!expired);
+                }
+                other => panic!("expected AwaitingApproval, got {other:?}"),
+            }
+        }
+    }
+    assert!(h.log.is_empty(), "the body waits for a person");
+
+    // Approved (for the approver's default hour): the tool's overridden 10 s apply.
+    let approval = Approval::new("ops@example.com").unwrap();
+    let first = key_of(tool, &ctx, 1);
+    let second = key_of(tool, &ctx, 2);
+    engine.approve(&first, &approval).await.unwrap();
+    engine.approve(&second, &approval).await.unwrap();
+    h.clock.advance(Duration::from_millis(9_999));
+    assert_eq!(refund(tool, &ctx, &h.log, 1).await, Ok(100));
+    assert_eq!(ctx.last_outcome().unwrap().status, CallStatus::Executed);
+    h.clock.advance(Duration::from_millis(1));
+    match refund(tool, &ctx, &h.log, 2).await {
+        Err(ToolError::Idem(Error::AwaitingApproval { expired, .. })) => assert!(expired),
+        other => panic!("expected an expired approval, got {other:?}"),
+    }
+    assert_eq!(h.log.len(), 1);
+
+    // Without the override the attribute's (none) applies: the call runs.
+    let plain = h.ctx("c2");
+    assert_eq!(refund(tool, &plain, &h.log, 1).await, Ok(100));
+    assert_eq!(h.log.len(), 2);
+}
+
+// pins A1, E1: `ToolSettings::without_approval` lets a tool whose attribute requires
+// approval run at once; other overrides keep the attribute's approval
+#[tokio::test]
+async fn approval_override_turns_approval_off() {
+    let h = Harness::new();
+    let tool = approving(
+        spec("send_refund", 86_400_000, 60_000, 0),
+        Some(ToolSpec::DEFAULT_APPROVAL_VALID_FOR),
+    );
+    let engine = engine_with(&h, "send_refund", ToolSettings::new().without_approval());
+    assert_eq!(engine.effective_spec(tool).unwrap().approval, None);
+    let ctx = ctx(&engine, "c1");
+    assert_eq!(refund(tool, &ctx, &h.log, 1).await, Ok(100));
+    assert_eq!(ctx.last_outcome().unwrap().status, CallStatus::Executed);
+    assert_eq!(refund(tool, &ctx, &h.log, 1).await, Ok(100));
+    assert_eq!(ctx.last_outcome().unwrap().status, CallStatus::Replayed);
+    assert_eq!(h.log.len(), 1);
+
+    // An engine overriding only the ttl keeps the attribute's approval.
+    let engine = engine_with(
+        &h,
+        "send_refund",
+        ToolSettings::new().with_ttl(Duration::from_secs(3600)),
+    );
+    assert_eq!(
+        engine.effective_spec(tool).unwrap().approval,
+        Some(ToolSpec::DEFAULT_APPROVAL_VALID_FOR)
+    );
+    let ctx = self::ctx(&engine, "c2");
+    assert!(matches!(
+        refund(tool, &ctx, &h.log, 1).await,
+        Err(ToolError::Idem(Error::AwaitingApproval { .. }))
+    ));
+    assert_eq!(h.log.len(), 1, "the body did not run");
+
+    // Given in two `tool` calls, the later approval wins and the other settings stay.
+    let engine = Engine::builder()
+        .tool(
+            "send_refund",
+            ToolSettings::new()
+                .without_approval()
+                .with_wait(Duration::from_secs(2)),
+        )
+        .tool(
+            "send_refund",
+            ToolSettings::new().require_approval(Duration::from_secs(60)),
+        )
+        .build()
+        .unwrap();
+    let settings = engine.tool_settings("send_refund");
+    assert_eq!(
+        settings.approval,
+        Some(ApprovalSetting::Required {
+            valid_for: Duration::from_secs(60)
+        })
+    );
+    assert_eq!(settings.wait, Some(Duration::from_secs(2)));
+}
+
 fn build_with(settings: ToolSettings) -> Result<Engine, EngineConfigError> {
     Engine::builder().tool("send_refund", settings).build()
 }
@@ -218,6 +337,10 @@ fn invalid_overrides_are_build_errors() {
             Setting::Heartbeat,
             ToolSettings::new().with_heartbeat(Duration::from_micros(999)),
         ),
+        (
+            Setting::Approval,
+            ToolSettings::new().require_approval(Duration::ZERO),
+        ),
     ] {
         let error = build_with(settings).unwrap_err();
         assert_eq!(
@@ -228,13 +351,26 @@ fn invalid_overrides_are_build_errors() {
                 variable: None,
             }
         );
+        let what = match setting {
+            Setting::Approval => "approval validity (require_approval)".to_owned(),
+            _ => setting.to_string(),
+        };
         assert!(
             error
                 .to_string()
-                .contains(&format!("the {setting} of tool `send_refund` is zero")),
+                .contains(&format!("the {what} of tool `send_refund` is zero")),
             "{error}"
         );
     }
+    // Approval off, or required for any positive time, is valid with any other override.
+    build_with(
+        ToolSettings::new()
+            .without_approval()
+            .with_ttl(s(60))
+            .with_lease(s(60)),
+    )
+    .unwrap();
+    build_with(ToolSettings::new().require_approval(Duration::from_millis(1))).unwrap();
     let error = build_with(ToolSettings::new().with_ttl(s(30)).with_lease(s(60))).unwrap_err();
     assert_eq!(
         error,
@@ -389,12 +525,20 @@ fn environment_settings() {
     std::env::set_var("IDEM_TOOL_SEND_REFUND_LEASE", "2m");
     std::env::set_var("IDEM_TOOL_SEND_REFUND_HEARTBEAT", "500ms");
     std::env::set_var("IDEM_TOOL_BOOK_TABLE_V2_WAIT", " 1m 30s ");
+    std::env::set_var("IDEM_TOOL_SEND_REFUND_APPROVAL", "required");
+    std::env::set_var("IDEM_TOOL_BOOK_TABLE_V2_APPROVAL", "Off");
 
     // The default engine reads them once, on first use.
     let default = idem_runtime::default_engine().unwrap();
     assert_eq!(
         default.tool_settings("send_refund").ttl,
         Some(Duration::from_secs(48 * 3600))
+    );
+    assert_eq!(
+        default.tool_settings("send_refund").approval,
+        Some(ApprovalSetting::Required {
+            valid_for: ToolSpec::DEFAULT_APPROVAL_VALID_FOR
+        })
     );
 
     // Without `settings_from_env` the builder ignores them.
@@ -416,12 +560,19 @@ fn environment_settings() {
             lease: Some(Duration::from_secs(90)), // the builder's value wins
             wait: None,
             heartbeat: Some(Duration::from_millis(500)),
+            approval: Some(ApprovalSetting::Required {
+                valid_for: ToolSpec::DEFAULT_APPROVAL_VALID_FOR
+            }),
         }
     );
     // `<TOOL>` matches every name that upper-cases to it, `.` and `-` as `_`.
     assert_eq!(
         engine.tool_settings("book.table-v2").wait,
         Some(Duration::from_secs(90))
+    );
+    assert_eq!(
+        engine.tool_settings("book.table-v2").approval,
+        Some(ApprovalSetting::Off)
     );
     assert!(engine.tool_settings("send_invoice").is_empty());
     static SEND_REFUND: ToolSpec = ToolSpec::new("send_refund");
@@ -432,6 +583,27 @@ fn environment_settings() {
     assert_eq!(
         effective.effective_heartbeat(),
         Some(Duration::from_millis(500))
+    );
+    assert_eq!(
+        effective.approval,
+        Some(ToolSpec::DEFAULT_APPROVAL_VALID_FOR)
+    );
+    // `off` turns the attribute's approval off.
+    let book_table = ToolSpec {
+        approval: Some(Duration::from_secs(60)),
+        ..ToolSpec::new("book.table-v2")
+    };
+    assert_eq!(engine.effective_spec(&book_table).unwrap().approval, None);
+    // The builder's approval wins over the environment's.
+    let engine = Engine::builder()
+        .settings_from_env()
+        .tool("send_refund", ToolSettings::new().without_approval())
+        .build()
+        .unwrap();
+    assert_eq!(engine.effective_spec(&SEND_REFUND).unwrap().approval, None);
+    assert_eq!(
+        engine.effective_spec(&SEND_REFUND).unwrap().ttl,
+        Duration::from_secs(48 * 3600)
     );
 
     // The builder's and the environment's values are checked together.
@@ -479,6 +651,83 @@ fn environment_settings() {
             setting: Setting::Ttl,
             variable: Some("IDEM_TOOL_SEND_REFUND_TTL".into()),
         }
+    );
+    clear();
+    // APPROVAL: a duration is required, valid that long; anything but `required`, `off`
+    // or a positive duration is a typed error naming the variable and what is allowed.
+    std::env::set_var("IDEM_TOOL_SEND_REFUND_APPROVAL", " 30m ");
+    let engine = Engine::builder().settings_from_env().build().unwrap();
+    assert_eq!(
+        engine.tool_settings("send_refund").approval,
+        Some(ApprovalSetting::Required {
+            valid_for: Duration::from_secs(1800)
+        })
+    );
+    assert_eq!(
+        engine.effective_spec(&SEND_REFUND).unwrap().approval,
+        Some(Duration::from_secs(1800))
+    );
+    for bad in ["yes", "true", "2 fortnights", "1500us", ""] {
+        std::env::set_var("IDEM_TOOL_SEND_REFUND_APPROVAL", bad);
+        let error = from_env();
+        assert!(
+            matches!(&error, EngineConfigError::InvalidApproval { variable, text, .. }
+                if variable == "IDEM_TOOL_SEND_REFUND_APPROVAL" && text == bad),
+            "{bad:?}: {error:?}"
+        );
+        let message = error.to_string();
+        assert!(
+            message.contains(&format!(
+                "IDEM_TOOL_SEND_REFUND_APPROVAL holds \"{bad}\", which is not an approval setting"
+            )),
+            "{message}"
+        );
+        assert!(
+            message.contains("write `required` (approval required, each approval valid 1h), `off` (no approval), or how long an approval is valid"),
+            "{message}"
+        );
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        std::env::set_var(
+            "IDEM_TOOL_SEND_REFUND_APPROVAL",
+            std::ffi::OsStr::from_bytes(b"re\xffquired"),
+        );
+        assert!(
+            matches!(from_env(), EngineConfigError::InvalidApproval { reason, .. } if reason.contains("not valid UTF-8"))
+        );
+    }
+    std::env::set_var("IDEM_TOOL_SEND_REFUND_APPROVAL", "0s");
+    let error = from_env();
+    assert_eq!(
+        error,
+        EngineConfigError::ZeroDuration {
+            tool: "SEND_REFUND".into(),
+            setting: Setting::Approval,
+            variable: Some("IDEM_TOOL_SEND_REFUND_APPROVAL".into()),
+        }
+    );
+    assert!(
+        error
+            .to_string()
+            .contains("(from the environment variable IDEM_TOOL_SEND_REFUND_APPROVAL) is zero"),
+        "{error}"
+    );
+    clear();
+    std::env::set_var("IDEM_TOOL_SEND_REFUND_APPROVE", "required");
+    let error = from_env();
+    assert_eq!(
+        error,
+        EngineConfigError::UnknownSetting {
+            variable: "IDEM_TOOL_SEND_REFUND_APPROVE".into()
+        }
+    );
+    assert!(
+        error
+            .to_string()
+            .contains("<SETTING> is TTL, LEASE, WAIT, HEARTBEAT or APPROVAL"),
+        "{error}"
     );
     clear();
     std::env::set_var("IDEM_TOOL_SEND_REFUND_TIMEOUT", "5s");
