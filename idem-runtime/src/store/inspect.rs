@@ -298,8 +298,8 @@ pub(crate) fn sort_newest_first(records: &mut [KeyedRecord]) {
 pub enum PurgeOutcome {
     /// The live record was deleted; here it is as it was.
     Deleted(Record),
-    /// The record is not completed (in progress, outcome unknown, not applied) and `force`
-    /// was not given: kept.
+    /// The record is not completed (in progress, outcome unknown, not applied, awaiting
+    /// approval, approved) and `force` was not given: kept.
     Kept(Record),
     /// No live record.
     Absent,

@@ -44,7 +44,8 @@ pub enum Claim {
         /// claim must return it to not applied ([`Store::transition`]), not delete it.
         reopened: bool,
     },
-    /// A live record exists (in progress or completed, any fingerprint); nothing changed.
+    /// A live record exists in any state but a not-applied one this call reopens (any
+    /// fingerprint; an approval is never reopened by a claim, A4); nothing changed.
     Existing(Record),
 }
 

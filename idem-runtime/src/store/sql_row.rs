@@ -98,6 +98,7 @@ impl SqlRow {
             && self.unknown_since.is_none()
             && self.outcome.is_none()
             && self.completed_at.is_none()
+            && self.source.is_none()
             && !not_applied;
         let state = match (
             self.owner,
@@ -166,4 +167,65 @@ pub(crate) fn decode_fence(
         .ok()
         .filter(|&fence| fence >= 1)
         .ok_or_else(|| corrupt(&format!("fence {fence} is not at least 1")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreErrorKind;
+
+    fn row(approval_at: Option<i64>, approval_until: Option<i64>) -> SqlRow {
+        SqlRow {
+            fingerprint: "ab".repeat(32),
+            created_at: 1_000,
+            expires_at: 2_000,
+            fence: 1,
+            owner: None,
+            lease_until: None,
+            unknown_since: None,
+            outcome: None,
+            completed_at: None,
+            source: None,
+            decided_at: None,
+            approval_at,
+            approval_until,
+            label: SqlLabel::default(),
+        }
+    }
+
+    fn corrupt(what: &str) -> StoreError {
+        StoreError::new("test", StoreErrorKind::Corrupt, what)
+    }
+
+    // pins A2, A3, P4: the approval columns alone are the two approval states; beside any
+    // other state's column (a source included) the row is corrupt, never guessed
+    #[test]
+    fn approval_columns_decode_alone_and_only_alone() {
+        let awaiting = row(Some(1_500), None).decode(corrupt).unwrap();
+        assert_eq!(
+            awaiting.state,
+            RecordState::AwaitingApproval {
+                since: Timestamp::from_millis(1_500)
+            }
+        );
+        let approved = row(Some(1_500), Some(9_000)).decode(corrupt).unwrap();
+        assert_eq!(
+            approved.state,
+            RecordState::Approved {
+                decided_at: Timestamp::from_millis(1_500),
+                until: Timestamp::from_millis(9_000)
+            }
+        );
+        let mut with_source = row(Some(1_500), None);
+        with_source.source = Some("denied".to_owned());
+        let mut with_owner = row(Some(1_500), Some(9_000));
+        with_owner.owner = Some("0".repeat(32));
+        with_owner.lease_until = Some(3_000);
+        let mut decided = row(Some(1_500), None);
+        decided.decided_at = Some(1_600);
+        for bad in [with_source, with_owner, decided, row(None, Some(9_000))] {
+            let error = bad.decode(corrupt).unwrap_err();
+            assert_eq!(error.kind, StoreErrorKind::Corrupt, "{error}");
+        }
+    }
 }
