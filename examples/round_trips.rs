@@ -11,9 +11,12 @@
 //! server), one warm-up round of every operation, then N of each, warm: first call (claim +
 //! complete), replay, a call whose body ends with an outcome-unknown error (claim + mark
 //! unknown), a decision on it (`Engine::resolve`: read and transition),
-//! a history read (`Engine::history`) and a replay of the decided key. It
-//! prints, per operation, the store's counter per call and the server's count per call, and
-//! exits with status 1 when a warm counter differs from 2, 1, 2, 2, 1, 1 respectively.
+//! a history read (`Engine::history`) and a replay of the decided key; then, for a tool that
+//! requires approval (A1–A4), the first call's request (claim and transition), a person's
+//! approval (`Engine::approve`: read, history, transition), the approved run (claim,
+//! transition, complete) and its replay. It prints, per operation, the store's counter per
+//! call and the server's count per call, and exits with status 1 when a warm counter differs
+//! from 2, 1, 2, 2, 1, 1, 2, 3, 3, 1 respectively.
 //!
 //! Server counts, measured beside the counter, not by it:
 //! - **Redis**: `INFO commandstats` read before and after each phase (the delta of every
@@ -66,6 +69,15 @@ async fn send_refund(order_id: &str, amount_cents: u64) -> Result<Receipt, ToolE
 async fn send_refund_unsure(order_id: &str, amount_cents: u64) -> Result<Receipt, ToolError> {
     let _ = (order_id, amount_cents);
     Err(ToolError::outcome_unknown("bank timed out"))
+}
+
+/// A refund a person approves first (A1–A4).
+#[idempotent(dispatch = false, require_approval)]
+async fn send_refund_approved(order_id: &str, amount_cents: u64) -> Result<Receipt, ToolError> {
+    Ok(Receipt {
+        refund_id: format!("re_{order_id}"),
+        amount_cents,
+    })
 }
 
 type Fail = Box<dyn std::error::Error>;
@@ -381,6 +393,10 @@ enum Op {
     Resolve,
     History,
     ReplayDecided,
+    ApprovalRequest,
+    Approve,
+    ApprovedRun,
+    ReplayApproved,
 }
 
 impl Op {
@@ -392,14 +408,19 @@ impl Op {
             Op::Resolve => "decision (read + transition)",
             Op::History => "history read",
             Op::ReplayDecided => "replay of a decided key",
+            Op::ApprovalRequest => "approval request (claim + transition)",
+            Op::Approve => "approval (read + history + transition)",
+            Op::ApprovedRun => "approved run (claim + transition + complete)",
+            Op::ReplayApproved => "replay of an approved run",
         }
     }
 
     fn expected(self) -> u64 {
         match self {
             Op::FirstCall | Op::Unknown => 2,
-            Op::Resolve => 2,
-            Op::Replay | Op::History | Op::ReplayDecided => 1,
+            Op::Resolve | Op::ApprovalRequest => 2,
+            Op::Approve | Op::ApprovedRun => 3,
+            Op::Replay | Op::History | Op::ReplayDecided | Op::ReplayApproved => 1,
         }
     }
 }
@@ -409,6 +430,8 @@ struct Harness {
     ctx: CallContext,
     engine: Engine,
     unsure: HashMap<String, IdempotencyKey>,
+    /// The key of each call that asked for approval, by order id.
+    asked: HashMap<String, IdempotencyKey>,
 }
 
 async fn run_op(h: &mut Harness, op: Op, id: &str) -> Result<(), Fail> {
@@ -453,6 +476,27 @@ async fn run_op(h: &mut Harness, op: Op, id: &str) -> Result<(), Fail> {
             let receipt = ctx.run(send_refund_unsure(id, 500)).await?;
             if receipt.refund_id != format!("re_{id}") {
                 return Err("the decided outcome was not replayed".into());
+            }
+        }
+        Op::ApprovalRequest => match ctx.run(send_refund_approved(id, 500)).await {
+            Err(ToolError::Idem(idem_agent::Error::AwaitingApproval { .. })) => {
+                let key = ctx.last_key().ok_or("no key")?;
+                h.asked.insert(id.to_owned(), key);
+            }
+            other => return Err(format!("expected AwaitingApproval, got {other:?}").into()),
+        },
+        Op::Approve => {
+            let key = h.asked.get(id).cloned().ok_or("no request of this id")?;
+            let approval = idem_agent::approval::Approval::new("round-trips")?;
+            match engine.approve(&key, &approval).await? {
+                Resolved::Decided(_) => {}
+                other => return Err(format!("expected an approval, got {other:?}").into()),
+            }
+        }
+        Op::ApprovedRun | Op::ReplayApproved => {
+            let receipt = ctx.run(send_refund_approved(id, 500)).await?;
+            if receipt.refund_id != format!("re_{id}") {
+                return Err("the approved run's outcome is not its own".into());
             }
         }
     }
@@ -545,6 +589,7 @@ async fn run_store(target: &mut Target, n: usize) -> Result<bool, Fail> {
         ctx,
         engine,
         unsure: HashMap::new(),
+        asked: HashMap::new(),
     };
     let ids = |tag: &str, count: usize| -> Vec<String> {
         (0..count).map(|i| format!("ord_{tag}_{i:05}")).collect()
@@ -559,7 +604,16 @@ async fn run_store(target: &mut Target, n: usize) -> Result<bool, Fail> {
     )
     .await?;
     measure(target, h, "cold: its replay", Op::Replay, &cold).await?;
-    for op in [Op::Unknown, Op::Resolve, Op::History, Op::ReplayDecided] {
+    for op in [
+        Op::Unknown,
+        Op::Resolve,
+        Op::History,
+        Op::ReplayDecided,
+        Op::ApprovalRequest,
+        Op::Approve,
+        Op::ApprovedRun,
+        Op::ReplayApproved,
+    ] {
         let label = format!("cold: first {}", op.label());
         measure(target, h, &label, op, &cold).await?;
     }
@@ -572,6 +626,10 @@ async fn run_store(target: &mut Target, n: usize) -> Result<bool, Fail> {
         Op::Resolve,
         Op::History,
         Op::ReplayDecided,
+        Op::ApprovalRequest,
+        Op::Approve,
+        Op::ApprovedRun,
+        Op::ReplayApproved,
     ] {
         for id in &warm {
             run_op(h, op, id).await?;
@@ -586,6 +644,10 @@ async fn run_store(target: &mut Target, n: usize) -> Result<bool, Fail> {
         Op::Resolve,
         Op::History,
         Op::ReplayDecided,
+        Op::ApprovalRequest,
+        Op::Approve,
+        Op::ApprovedRun,
+        Op::ReplayApproved,
     ] {
         let counter = measure(target, h, op.label(), op, &main).await?;
         if counter.is_some_and(|c| c != op.expected() as f64) {
