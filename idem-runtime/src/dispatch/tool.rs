@@ -160,7 +160,7 @@ fn with_unknown_key(mut failure: ToolFailure, record: Option<&CallRecord>) -> To
     if let (FailureKind::OutcomeUnknown, Some(record)) = (failure.kind, record) {
         if !failure.message.contains(record.key.as_str()) {
             failure.message = format!(
-                "{}; the outcome of idempotency key {} (claimed at {} ms after the epoch) is unknown: the effect may or may not have happened",
+                "{}; the outcome of idempotency key {} (claimed at {} ms after the epoch) is unknown: the effect may or may not have happened; do not retry this action in another form (another tool, other arguments)",
                 failure.message,
                 record.key,
                 record.created_at.as_millis()
