@@ -157,15 +157,10 @@ impl PreparedCall {
                         {
                             return Err(self.awaiting_approval(now, false));
                         }
-                        failed_takeovers += 1;
-                        if failed_takeovers < 3 {
-                            continue;
+                        match self.refused_again(&mut failed_takeovers, "the store granted a claim and then refused its owner's request for approval") {
+                            Some(corrupt) => return Err(corrupt),
+                            None => continue,
                         }
-                        return Err(self.store_error(StoreError::new(
-                            store.backend(),
-                            StoreErrorKind::Corrupt,
-                            "the store granted a claim and then refused its owner's request for approval",
-                        )));
                     }
                     let mut claimed = Ownership::new(owner, fence, now, expires_at, None);
                     if reopened {
@@ -269,15 +264,10 @@ impl PreparedCall {
                 Decision::LookAgain => {
                     // A store that answers a claim of a key decided not applied (with this
                     // fingerprint) with the record instead of the claim breaks U6.
-                    failed_takeovers += 1;
-                    if failed_takeovers < 3 {
-                        continue;
+                    match self.refused_again(&mut failed_takeovers, "the store answers a claim of a key decided not applied with the record instead of granting the claim") {
+                        Some(corrupt) => return Err(corrupt),
+                        None => continue,
                     }
-                    return Err(self.store_error(StoreError::new(
-                        store.backend(),
-                        StoreErrorKind::Corrupt,
-                        "the store answers a claim of a key decided not applied with the record instead of granting the claim",
-                    )));
                 }
                 Decision::Wait { seen_lease_until } => {
                     // In progress with a live lease: wait for its outcome (S5).
@@ -456,6 +446,16 @@ impl PreparedCall {
     }
 
     /// U2: the answer to every call of a key held for a person's decision.
+    /// Counts one more refusal of what the store itself answered: `None` (look again) for
+    /// the first two, then the store's `Corrupt` error saying `what`.
+    fn refused_again(&self, refusals: &mut u32, what: &'static str) -> Option<Error> {
+        *refusals += 1;
+        (*refusals >= 3).then(|| {
+            let backend = self.engine.store().backend();
+            self.store_error(StoreError::new(backend, StoreErrorKind::Corrupt, what))
+        })
+    }
+
     /// Records the approval request on the caller's own fresh claim (A2): one
     /// compare-and-set. `false`: the claim changed under the caller.
     async fn request_approval(
