@@ -20,6 +20,7 @@ mod handler_methods;
 mod idempotent_server;
 mod key_equality;
 mod lost_response;
+mod mcp_approvals;
 mod mcp_call;
 mod mcp_server_stdio;
 mod preserve_order;
