@@ -24,6 +24,8 @@ mod redact;
 mod requests;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod sql_row;
+#[cfg(all(test, any(feature = "sqlite", feature = "postgres", feature = "redis")))]
+pub(crate) mod transition_matrix;
 
 pub use history::{
     DecisionKind, History, HistoryEntry, HistoryEvent, UnknownReason, HISTORY_LIMIT,

@@ -1,32 +1,14 @@
 //! The approval states on the server (A2–A5): every transition into and out of them, from
-//! every state and seen state, against the memory store (the reference); a record's way
-//! through them is in `approval_queue`.
+//! every state and seen state, against the memory store (the reference), by the matrix
+//! every store runs (`store::transition_matrix`), with the hash and its Redis expiry
+//! checked; a record's way through them is in `approval_queue`.
 
 use super::*;
-use crate::store::{Denial, MemoryStore};
+use crate::store::transition_matrix::{self, Backend, Case};
+use crate::store::Denial;
 
 /// An hour (ms): the approvals' validity in these tests.
 pub(super) const HOUR_MS: u64 = 3_600_000;
-
-/// The state a record is put in before a transition is tried on it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Start {
-    InProgress,
-    OutcomeUnknown,
-    NotApplied,
-    AwaitingApproval,
-    Approved,
-    Completed,
-}
-
-const STARTS: [Start; 6] = [
-    Start::InProgress,
-    Start::OutcomeUnknown,
-    Start::NotApplied,
-    Start::AwaitingApproval,
-    Start::Approved,
-    Start::Completed,
-];
 
 /// Moves `key`'s record of `fence`, seen as `seen`, to `target` at `now`, with the entry
 /// the engine writes for that move (a denial for a completion); whether it moved.
@@ -39,24 +21,7 @@ pub(super) async fn transition(
     now: Timestamp,
     expires_at: Timestamp,
 ) -> bool {
-    let event = match &target {
-        Target::OutcomeUnknown { .. } => HistoryEvent::Unknown {
-            cause: UnknownReason::LeaseLapsed,
-        },
-        Target::Completed { .. } => HistoryEvent::Denied,
-        Target::NotApplied => HistoryEvent::Resolved {
-            decision: DecisionKind::NotApplied,
-        },
-        Target::AwaitingApproval => HistoryEvent::ApprovalRequested,
-        Target::Approved { until, .. } => HistoryEvent::Approved { until: *until },
-        Target::InProgress { .. } => HistoryEvent::Claimed,
-    };
-    let mut entry = HistoryEntry::new(now, event, fence);
-    if let Target::InProgress { owner, fence, .. } = target {
-        entry = HistoryEntry::claimed(now, fence, owner);
-    } else if matches!(target, Target::Completed { .. } | Target::Approved { .. }) {
-        entry = entry.with_actor("ana", Some("ok for \"40 EUR\"\nline two".to_owned()));
-    }
+    let entry = transition_matrix::entry(&target, fence, now);
     store
         .transition(TransitionRequest {
             key,
@@ -81,100 +46,55 @@ pub(super) fn denial(now: Timestamp) -> Envelope {
     .to_envelope()
 }
 
-/// Puts `key`'s record in `start` (claimed at `t0` by `owner`, lease `t0 + 1 s`, fence 1)
-/// with the writes the engine makes to get there.
-async fn set_up(
-    store: &impl Store,
-    key: &IdempotencyKey,
-    start: Start,
-    owner: OwnerToken,
-    t0: Timestamp,
-) {
-    claim(store, key, 1, owner, t0, 10_000).await;
-    let mine = Seen::InProgress {
-        owner,
-        lease_until: None,
-    };
-    let t1 = plus(t0, 1);
-    let ok = match start {
-        Start::InProgress => true,
-        Start::OutcomeUnknown => mark_unknown(store, key, owner, t1, 1).await,
-        Start::NotApplied => {
-            mark_unknown(store, key, owner, t1, 1).await
-                && transition(
-                    store,
-                    key,
-                    1,
-                    mine_unknown(owner, t0),
-                    Target::NotApplied,
-                    t1,
-                    t1,
-                )
+/// The store on a fresh prefix, and the hash and `PTTL` of the case's record before its
+/// transition.
+struct Matrix {
+    s: Server,
+    before: Vec<(String, String)>,
+    pttl_before: i64,
+}
+
+impl Backend for Matrix {
+    fn store(&self) -> &dyn Store {
+        &self.s.store
+    }
+
+    async fn before(&mut self, k: &IdempotencyKey) {
+        self.before = hash(&mut self.s, k).await;
+        self.pttl_before = self.s.pttl(k).await;
+    }
+
+    async fn refused(&mut self, k: &IdempotencyKey, case: &Case<'_>) {
+        assert_eq!(
+            hash(&mut self.s, k).await,
+            self.before,
+            "{case}: nothing written"
+        );
+        let (pttl_before, pttl) = (self.pttl_before, self.s.pttl(k).await);
+        assert!(
+            pttl <= pttl_before && (pttl > 0) == (pttl_before > 0),
+            "{case}: expiry kept, {pttl_before} then {pttl}"
+        );
+    }
+
+    async fn moved(&mut self, k: &IdempotencyKey, case: &Case<'_>) {
+        let s = &mut self.s;
+        assert_eq!(s.field(k, "v").await.as_deref(), Some("5"), "{case}");
+        let completed = matches!(case.target, Target::Completed { .. });
+        let pttl = s.pttl(k).await;
+        assert_eq!(pttl > 0, completed, "{case}: Redis expiry {pttl}");
+        let (approval_at, approval_until) = case.approval();
+        for (field, expected) in [
+            ("approval_at", approval_at),
+            ("approval_until", approval_until),
+        ] {
+            let stored = s
+                .field(k, field)
                 .await
+                .map(|ms| ms.parse::<u64>().expect("ms"));
+            let expected = expected.map(Timestamp::as_millis);
+            assert_eq!(stored, expected, "{case}: {field}");
         }
-        Start::AwaitingApproval | Start::Approved => {
-            transition(store, key, 1, mine, Target::AwaitingApproval, t1, t1).await
-                && (start == Start::AwaitingApproval
-                    || transition(
-                        store,
-                        key,
-                        1,
-                        Seen::AwaitingApproval,
-                        Target::Approved {
-                            decided_at: t1,
-                            until: plus(t1, HOUR_MS),
-                        },
-                        t1,
-                        t1,
-                    )
-                    .await)
-        }
-        Start::Completed => complete(store, key, owner, t1, 1).await == Completion::Saved,
-    };
-    assert!(ok, "set up {start:?}");
-}
-
-/// What the owner of the claim made at `t0` sees once it is marked unknown.
-fn mine_unknown(owner: OwnerToken, t0: Timestamp) -> Seen {
-    Seen::OutcomeUnknown {
-        owner,
-        lease_until: plus(t0, 1_000),
-    }
-}
-
-/// Whether `seen` describes a record set up in `start` by `owner` at `t0`.
-fn sees(start: Start, seen: Seen, owner: OwnerToken, t0: Timestamp) -> bool {
-    let lease = plus(t0, 1_000);
-    match (start, seen) {
-        (
-            Start::InProgress,
-            Seen::InProgress {
-                owner: o,
-                lease_until,
-            },
-        ) => o == owner && lease_until.is_none_or(|l| l == lease),
-        (
-            Start::OutcomeUnknown,
-            Seen::OutcomeUnknown {
-                owner: o,
-                lease_until,
-            },
-        ) => o == owner && lease_until == lease,
-        (Start::NotApplied, Seen::NotApplied)
-        | (Start::AwaitingApproval, Seen::AwaitingApproval)
-        | (Start::Approved, Seen::Approved) => true,
-        _ => false,
-    }
-}
-
-/// Whether the specification lets `target` move a record from `start` (seen rightly).
-fn allowed(start: Start, target: &Target<'_>) -> bool {
-    match target {
-        Target::OutcomeUnknown { .. } => start == Start::InProgress,
-        Target::Completed { .. } | Target::NotApplied => start != Start::Completed,
-        Target::AwaitingApproval => matches!(start, Start::InProgress | Start::Approved),
-        Target::Approved { .. } => matches!(start, Start::AwaitingApproval | Start::InProgress),
-        Target::InProgress { .. } => start == Start::Approved,
     }
 }
 
@@ -188,118 +108,10 @@ fn allowed(start: Start, target: &Target<'_>) -> bool {
 // is not completed has no Redis expiry, a completed one has one; each write makes layout 5
 #[tokio::test]
 async fn approval_transitions_move_as_the_reference_does() {
-    let mut s = server().await;
-    let memory = MemoryStore::new();
-    let t0 = at(7_000_000);
-    let now = plus(t0, 10);
-    let keep = plus(now, DAY_MS);
-    let (owner, other, runner) = (
-        OwnerToken::random(),
-        OwnerToken::random(),
-        OwnerToken::random(),
-    );
-    let denied = denial(now);
-    let seens = [
-        Seen::InProgress {
-            owner,
-            lease_until: None,
-        },
-        Seen::InProgress {
-            owner,
-            lease_until: Some(plus(t0, 1_000)),
-        },
-        Seen::InProgress {
-            owner: other,
-            lease_until: None,
-        },
-        mine_unknown(owner, t0),
-        Seen::NotApplied,
-        Seen::AwaitingApproval,
-        Seen::Approved,
-    ];
-    let targets = [
-        Target::OutcomeUnknown { since: now },
-        Target::Completed {
-            outcome: &denied,
-            source: OutcomeSource::Denied,
-        },
-        Target::NotApplied,
-        Target::AwaitingApproval,
-        Target::Approved {
-            decided_at: now,
-            until: plus(now, HOUR_MS),
-        },
-        Target::InProgress {
-            owner: runner,
-            lease_until: plus(now, 1_000),
-            fence: 2,
-        },
-    ];
-    let (mut n, mut moved_count) = (0u32, 0u32);
-    for start in STARTS {
-        for seen in seens {
-            for target in &targets {
-                for fence in [1, 2] {
-                    if fence == 2 && !sees(start, seen, owner, t0) {
-                        continue; // refused on the seen state already
-                    }
-                    n += 1;
-                    let k = key(50_000 + n);
-                    set_up(&s.store, &k, start, owner, t0).await;
-                    set_up(&memory, &k, start, owner, t0).await;
-                    let before = hash(&mut s, &k).await;
-                    let pttl_before = s.pttl(&k).await;
-                    let what = format!("{start:?} seen {seen:?} fence {fence} to {target:?}");
-                    let moved =
-                        transition(&s.store, &k, fence, seen, target.clone(), now, keep).await;
-                    let reference =
-                        transition(&memory, &k, fence, seen, target.clone(), now, keep).await;
-                    assert_eq!(moved, reference, "{what}: as the memory store");
-                    let expected =
-                        fence == 1 && sees(start, seen, owner, t0) && allowed(start, target);
-                    assert_eq!(moved, expected, "{what}: as specified");
-                    assert_eq!(
-                        s.store.read(&k, now).await.unwrap(),
-                        memory.read(&k, now).await.unwrap(),
-                        "{what}: the record"
-                    );
-                    assert_eq!(
-                        s.store.history(&k, now).await.unwrap(),
-                        memory.history(&k, now).await.unwrap(),
-                        "{what}: the history"
-                    );
-                    if !moved {
-                        assert_eq!(hash(&mut s, &k).await, before, "{what}: nothing written");
-                        let pttl = s.pttl(&k).await;
-                        assert!(
-                            pttl <= pttl_before && (pttl > 0) == (pttl_before > 0),
-                            "{what}: expiry kept, {pttl_before} then {pttl}"
-                        );
-                        continue;
-                    }
-                    moved_count += 1;
-                    assert_eq!(s.field(&k, "v").await.as_deref(), Some("5"), "{what}");
-                    let completed = matches!(target, Target::Completed { .. });
-                    let pttl = s.pttl(&k).await;
-                    assert_eq!(pttl > 0, completed, "{what}: Redis expiry {pttl}");
-                    let approval =
-                        matches!(target, Target::AwaitingApproval | Target::Approved { .. });
-                    assert_eq!(
-                        s.field(&k, "approval_at").await.is_some(),
-                        approval,
-                        "{what}"
-                    );
-                    assert_eq!(
-                        s.field(&k, "approval_until").await.is_some(),
-                        matches!(target, Target::Approved { .. }),
-                        "{what}"
-                    );
-                }
-            }
-        }
-    }
-    // Moves: outcome unknown 2 (in progress, seen with and without the lease), completed
-    // and not applied 2 × 6 (every state that is not completed, in progress seen two
-    // ways), awaiting approval 3, approved 3, in progress 1.
-    assert_eq!(moved_count, 2 + 12 + 3 + 3 + 1, "of {n}");
+    let mut matrix = Matrix {
+        s: server().await,
+        before: Vec::new(),
+        pttl_before: 0,
+    };
+    transition_matrix::run(&mut matrix).await;
 }

@@ -1,6 +1,7 @@
 //! Tests of the approval states (A2–A6): the transitions into and out of them against the
-//! memory store (the reference), and a record in each state read back, claimed, listed,
-//! counted, purged and collected through the store.
+//! memory store (the reference; the matrix every store runs, `store::transition_matrix`),
+//! and a record in each state read back, claimed, listed, counted, purged and collected
+//! through the store.
 
 use futures_util::FutureExt;
 
@@ -10,10 +11,11 @@ use crate::key::{Fingerprint, IdempotencyKey};
 use crate::label::RecordLabel;
 use crate::store::sqlite::statements::tests::{at, entry, fingerprint, key};
 use crate::store::sqlite::SqliteStore;
+use crate::store::transition_matrix::{self, Backend, Case};
 use crate::store::{
-    Claim, ClaimRequest, CompleteRequest, DecisionKind, History, HistoryEntry, HistoryEvent,
-    ListQuery, MarkUnknownRequest, MemoryStore, OutcomeSource, OwnerToken, PurgeOutcome, Record,
-    RecordState, Seen, StateFilter, Store, StoreFuture, Target, TransitionRequest, UnknownReason,
+    Claim, ClaimRequest, History, HistoryEntry, HistoryEvent, ListQuery, OutcomeSource, OwnerToken,
+    PurgeOutcome, Record, RecordState, Seen, StateFilter, Store, StoreFuture, Target,
+    TransitionRequest,
 };
 
 /// The answer of a store call, which is ready at once outside a tokio runtime (the SQLite
@@ -78,178 +80,6 @@ fn in_progress() -> Seen {
     }
 }
 
-/// The states a record is put in before a transition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Start {
-    InProgress,
-    OutcomeUnknown,
-    NotApplied,
-    AwaitingApproval,
-    Approved,
-    Completed,
-}
-
-const STARTS: [Start; 6] = [
-    Start::InProgress,
-    Start::OutcomeUnknown,
-    Start::NotApplied,
-    Start::AwaitingApproval,
-    Start::Approved,
-    Start::Completed,
-];
-
-/// Puts `k`'s record (fence 1, claimed at 0 with lease until 100) in `start`, by the
-/// store's own operations.
-fn put(store: &dyn Store, k: &IdempotencyKey, start: Start) {
-    let claimed = claim(store, k, &fingerprint('a'), 0);
-    assert_eq!(
-        claimed,
-        Claim::Acquired {
-            fence: 1,
-            reopened: false
-        }
-    );
-    let requested = |store: &dyn Store| {
-        let asked = entry(HistoryEvent::ApprovalRequested, 3, 1);
-        let to = Target::AwaitingApproval;
-        assert!(move_to(store, k, (1, in_progress()), to, (3, 3), asked));
-    };
-    match start {
-        Start::InProgress => {}
-        Start::OutcomeUnknown => {
-            let cause = UnknownReason::Error;
-            assert!(ready(store.mark_unknown(MarkUnknownRequest {
-                key: k,
-                owner: owner(),
-                now: at(1),
-                since: at(0),
-                entry: entry(HistoryEvent::Unknown { cause }, 1, 1),
-            })));
-        }
-        Start::NotApplied => {
-            let decision = DecisionKind::NotApplied;
-            let decided = entry(HistoryEvent::Resolved { decision }, 2, 1);
-            let to = Target::NotApplied;
-            assert!(move_to(store, k, (1, in_progress()), to, (2, 2), decided));
-        }
-        Start::AwaitingApproval => requested(store),
-        Start::Approved => {
-            requested(store);
-            let until = at(500);
-            let approved = entry(HistoryEvent::Approved { until }, 4, 1).with_actor("ana", None);
-            let to = Target::Approved {
-                decided_at: at(4),
-                until,
-            };
-            assert!(move_to(
-                store,
-                k,
-                (1, Seen::AwaitingApproval),
-                to,
-                (4, 4),
-                approved
-            ));
-        }
-        Start::Completed => {
-            let source = OutcomeSource::Executed;
-            let saved = ready(store.complete(CompleteRequest {
-                key: k,
-                owner: owner(),
-                outcome: &Envelope::from_stored(r#"{"version":1,"ok":1}"#),
-                source,
-                now: at(5),
-                entry: entry(HistoryEvent::Completed { source }, 5, 1),
-            }));
-            assert_eq!(saved, crate::store::Completion::Saved);
-        }
-    }
-}
-
-/// Every seen state a caller may pass for a record of [`owner`] with lease until 100, and
-/// the start it describes.
-fn seens() -> [(Seen, Start); 6] {
-    let lease = Some(at(100));
-    [
-        (
-            Seen::InProgress {
-                owner: owner(),
-                lease_until: lease,
-            },
-            Start::InProgress,
-        ),
-        (in_progress(), Start::InProgress),
-        (
-            Seen::OutcomeUnknown {
-                owner: owner(),
-                lease_until: at(100),
-            },
-            Start::OutcomeUnknown,
-        ),
-        (Seen::NotApplied, Start::NotApplied),
-        (Seen::AwaitingApproval, Start::AwaitingApproval),
-        (Seen::Approved, Start::Approved),
-    ]
-}
-
-/// Every target, its history entry, and the starts it may follow: the rule of the memory
-/// store, spelled out.
-fn targets(denial: &Envelope) -> Vec<(Target<'_>, HistoryEntry, Vec<Start>)> {
-    use Start::*;
-    let every = vec![
-        InProgress,
-        OutcomeUnknown,
-        NotApplied,
-        AwaitingApproval,
-        Approved,
-    ];
-    let until = at(3_600_020);
-    let next = OwnerToken::from_u128(0xb0b);
-    let cause = UnknownReason::LeaseLapsed;
-    let decision = DecisionKind::NotApplied;
-    vec![
-        (
-            Target::OutcomeUnknown { since: at(0) },
-            entry(HistoryEvent::Unknown { cause }, 20, 1),
-            vec![InProgress],
-        ),
-        (
-            Target::Completed {
-                outcome: denial,
-                source: OutcomeSource::Denied,
-            },
-            entry(HistoryEvent::Denied, 20, 1).with_actor("bo", Some("no".to_owned())),
-            every.clone(),
-        ),
-        (
-            Target::NotApplied,
-            entry(HistoryEvent::Resolved { decision }, 20, 1),
-            every,
-        ),
-        (
-            Target::AwaitingApproval,
-            entry(HistoryEvent::ApprovalExpired, 20, 1),
-            vec![InProgress, Approved],
-        ),
-        (
-            Target::Approved {
-                decided_at: at(20),
-                until,
-            },
-            entry(HistoryEvent::Approved { until }, 20, 1).with_actor("ana", None),
-            vec![AwaitingApproval, InProgress],
-        ),
-        (
-            Target::InProgress {
-                owner: next,
-                lease_until: at(130),
-                fence: 2,
-            },
-            HistoryEntry::claimed(at(20), 2, next),
-            vec![Approved],
-        ),
-    ]
-}
-
 /// The stored `(approval_at, approval_until)` of `k`'s row.
 fn approval_columns(store: &SqliteStore, k: &IdempotencyKey) -> (Option<i64>, Option<i64>) {
     let conn = store.inner.conn.lock().unwrap();
@@ -269,62 +99,38 @@ fn history(store: &dyn Store, k: &IdempotencyKey, now: u64) -> Option<History> {
     ready(store.history(k, at(now)))
 }
 
+impl Backend for SqliteStore {
+    fn store(&self) -> &dyn Store {
+        self
+    }
+
+    async fn moved(&mut self, k: &IdempotencyKey, case: &Case<'_>) {
+        let (approval_at, approval_until) = case.approval();
+        let ms = |t: Option<Timestamp>| t.map(|t| i64::try_from(t.as_millis()).expect("ms"));
+        let columns = (ms(approval_at), ms(approval_until));
+        assert_eq!(
+            approval_columns(self, k),
+            columns,
+            "{case}: approval columns"
+        );
+    }
+}
+
 // pins A2, A3, A4, A5, U6, U7, F1: from every state, with every seen state and a right or
 // wrong fence, every target moves the SQLite record exactly when the memory store (the
-// reference) moves it, to the same record and history; the rule is the one the spec
-// states (awaiting approval from in progress or approved; approved from awaiting approval
-// or in progress; in progress only from approved, with the given fence; completed, a
-// denial included, and not applied from any state but completed); a refused transition
-// writes nothing, no entry either; the approval columns hold exactly the approval states'
-// times and are NULL after every other target
+// reference) moves it, to the same record and history (the matrix every store runs,
+// `store::transition_matrix`); the rule is the one the spec states (awaiting approval from
+// in progress or approved; approved from awaiting approval or in progress; in progress
+// only from approved, with the given fence; completed, a denial included, and not applied
+// from any state but completed); a refused transition writes nothing, no entry either; the
+// approval columns hold exactly the approval states' times and are NULL after every other
+// target
 #[test]
 fn approval_transitions_match_the_memory_store() {
-    let sqlite = SqliteStore::open_in_memory().unwrap();
-    let memory = MemoryStore::new();
-    let denial = Envelope::from_stored(r#"{"version":1,"err":"denied"}"#);
-    let mut n = 0;
-    let mut moved = 0;
-    for start in STARTS {
-        for (seen, described) in seens() {
-            for (target, line, follows) in targets(&denial) {
-                for fence in [1, 2] {
-                    n += 1;
-                    let k = key(n);
-                    put(&sqlite, &k, start);
-                    put(&memory, &k, start);
-                    let before = (read(&sqlite, &k, 20), history(&sqlite, &k, 20));
-                    assert_eq!(before, (read(&memory, &k, 20), history(&memory, &k, 20)));
-                    let expected = fence == 1 && described == start && follows.contains(&start);
-                    let case = format!("{start:?} seen {seen:?} to {target:?} fence {fence}");
-                    let times = (20, 2_000);
-                    let to = target.clone();
-                    let answer = move_to(&sqlite, &k, (fence, seen), to, times, line.clone());
-                    let to = target.clone();
-                    let reference = move_to(&memory, &k, (fence, seen), to, times, line.clone());
-                    assert_eq!((answer, reference), (expected, expected), "{case}");
-                    let after = (read(&sqlite, &k, 20), history(&sqlite, &k, 20));
-                    assert_eq!(
-                        after,
-                        (read(&memory, &k, 20), history(&memory, &k, 20)),
-                        "{case}"
-                    );
-                    if !expected {
-                        assert_eq!(after, before, "{case}: nothing written");
-                        continue;
-                    }
-                    moved += 1;
-                    let columns = match target {
-                        Target::AwaitingApproval => (Some(20), None),
-                        Target::Approved { .. } => (Some(20), Some(3_600_020)),
-                        _ => (None, None),
-                    };
-                    assert_eq!(approval_columns(&sqlite, &k), columns, "{case}");
-                }
-            }
-        }
-    }
-    // the accepted pairs: 1 + 5 + 5 + 2 + 2 + 1 targets' starts, in progress seen two ways
-    assert_eq!(moved, 2 + 6 + 6 + 3 + 3 + 1);
+    let mut sqlite = SqliteStore::open_in_memory().unwrap();
+    transition_matrix::run(&mut sqlite)
+        .now_or_never()
+        .expect("the SQLite store (outside a runtime) and the memory store answer at once");
 }
 
 // pins A2, A3, A4, A5, A6, S8, S9, G1, I4, I5, I7, U7: records awaiting approval and
