@@ -136,7 +136,15 @@ where
             source,
         })
     })?;
-    let (key_args, fingerprint) = args.finish();
+    // A1: a person approving the call sees every argument, fingerprint-only ones too.
+    let (key_args, shown_args, fingerprint) = if spec.approval.is_some() {
+        let (key_args, all, fingerprint) = args.finish_with_all();
+        (key_args, Some(all), fingerprint)
+    } else {
+        let (key_args, fingerprint) = args.finish();
+        let shown = spec.audit.then(|| key_args.clone());
+        (key_args, shown, fingerprint)
+    };
     let namespace = engine.namespace();
     let key =
         scope.with_component(|component| derive_key_in(namespace, component, spec.name, &key_args));
@@ -144,7 +152,7 @@ where
         tool: spec.name.to_owned(),
         namespace: namespace.map(str::to_owned),
         scope,
-        key_args: (spec.audit || spec.approval.is_some()).then(|| key_args.as_str().to_owned()),
+        key_args: shown_args.map(|args| args.as_str().to_owned()),
     };
     trace.key(&key);
     if let Some(context) = &context {

@@ -121,8 +121,8 @@ pub async fn approve_runs_once_then_replays(make: Factory) {
     let label = record.label.expect("a labelled record");
     assert_eq!(
         label.key_args.as_deref(),
-        Some(r#"{"order":7}"#),
-        "the operator sees what they approve (A1)"
+        Some(r#"{"amount":40,"order":7}"#),
+        "the operator sees what they approve, fingerprint-only arguments too (A1)"
     );
     let decided = h.engine.approve(&key, &ana()).await.unwrap();
     assert!(matches!(decided, Resolved::Decided(_)), "{decided:?}");

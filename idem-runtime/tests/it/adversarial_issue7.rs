@@ -793,7 +793,10 @@ mod dispatch_checks {
             "the key is not in what the model is told"
         );
         // pins D3, U2: and not to retry it in another form
-        assert!(text.contains("do not retry this action in another form"), "{text}");
+        assert!(
+            text.contains("do not retry this action in another form"),
+            "{text}"
+        );
     }
 }
 
