@@ -46,6 +46,7 @@ macro_rules! decisions_suite {
                 a_cancelled_takeover_never_releases_the_unknown_outcome,
                 rerun_keeps_the_at_least_once_takeover,
                 bulk_decisions_take_the_oldest_first_and_dry_runs_write_nothing,
+                a_run_cancelled_after_its_effect_is_held_then_decided,
             );
         }
     };
@@ -617,5 +618,69 @@ pub async fn bulk_decisions_take_the_oldest_first_and_dry_runs_write_nothing(mak
     for key in &order {
         let record = h.store.read(key, h.now()).await.unwrap().unwrap();
         assert!(matches!(record.state, RecordState::NotApplied { .. }));
+    }
+}
+
+// pins U1, U2, U4, U6, U7, F1 (issue 17's "Done when", the in-process form the memory store
+// needs, on every store): a run cancelled after its effect leaves the outcome unknown
+// (cancelled); 20 retries over 5 lease lengths run nothing; "applied" makes the next call
+// replay the output, the history reads claimed → unknown(cancelled) → resolved and replays
+// add nothing; on another key "not applied" runs the body exactly once more, with fence 2
+pub async fn a_run_cancelled_after_its_effect_is_held_then_decided(make: Factory) {
+    let h = Harness::on(make());
+    for (name, applied) in [
+        ("cancel_then_applied", true),
+        ("cancel_then_not_applied", false),
+    ] {
+        let spec = held_spec(name);
+        let ctx = h.ctx("c-1");
+        let before = h.log.len();
+        effect_then(spec, &ctx, &h.log, false).await;
+        let key = key_of(spec, &ctx, 9);
+        settled(&h, &key, |s| {
+            matches!(s, RecordState::OutcomeUnknown { .. })
+        })
+        .await;
+        for _ in 0..20 {
+            h.clock
+                .advance(Duration::from_millis(5 * LEASE_MS / 20 + 1));
+            let answer = refund(spec, &ctx, &h.log, 9).await;
+            assert!(is_held(&answer), "{answer:?}");
+        }
+        assert_eq!(h.log.len(), before + 1, "nothing ran again");
+        let decision = if applied {
+            Decision::applied(&900u64).unwrap()
+        } else {
+            Decision::not_applied()
+        };
+        h.engine.resolve(&key, &actor(decision)).await.unwrap();
+        let history = h.engine.history(&key).await.unwrap().unwrap();
+        let decided = history.entries.len();
+        assert_eq!(
+            events(&history)[..2],
+            [
+                HistoryEvent::Claimed,
+                HistoryEvent::Unknown {
+                    cause: UnknownReason::Cancelled
+                }
+            ]
+        );
+        assert_eq!(history.entries[decided - 1].actor.as_deref(), Some("ana"));
+        if applied {
+            for _ in 0..3 {
+                assert_eq!(refund(spec, &ctx, &h.log, 9).await, Ok(900));
+                assert_eq!(ctx.last_outcome().unwrap().status, CallStatus::Replayed);
+            }
+            assert_eq!(h.log.len(), before + 1, "replays run nothing");
+            let history = h.engine.history(&key).await.unwrap().unwrap();
+            assert_eq!(history.entries.len(), decided, "replays write no history");
+        } else {
+            assert_eq!(refund(spec, &ctx, &h.log, 9).await, Ok(900));
+            assert_eq!(ctx.last_outcome().unwrap().status, CallStatus::Executed);
+            assert_eq!(refund(spec, &ctx, &h.log, 9).await, Ok(900));
+            assert_eq!(h.log.len(), before + 2, "exactly once more");
+            let record = h.store.read(&key, h.now()).await.unwrap().unwrap();
+            assert_eq!(record.fence, 2, "a larger fence (F1)");
+        }
     }
 }
