@@ -208,7 +208,7 @@ impl Engine {
                 let expired = TransitionRequest {
                     key,
                     fence: record.fence,
-                    seen: Seen::Approved,
+                    seen: Seen::Approved { until: *until },
                     target: Target::AwaitingApproval,
                     now,
                     expires_at: record.expires_at,
@@ -229,7 +229,9 @@ impl Engine {
             (RecordState::Approved { .. }, Verdict::Approve) => {
                 return Ok(Resolved::AlreadyDecided(record));
             }
-            (RecordState::Approved { .. }, Verdict::Deny) => Seen::Approved,
+            (RecordState::Approved { until, .. }, Verdict::Deny) => {
+                Seen::Approved { until: *until }
+            }
             (RecordState::Completed { source, .. }, Verdict::Deny)
                 if *source == OutcomeSource::Denied =>
             {

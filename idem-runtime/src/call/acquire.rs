@@ -224,7 +224,7 @@ impl PreparedCall {
                     let run = TransitionRequest {
                         key: &self.key,
                         fence: record.fence,
-                        seen: Seen::Approved,
+                        seen: Seen::Approved { until },
                         target: Target::InProgress {
                             owner,
                             lease_until,
@@ -242,11 +242,11 @@ impl PreparedCall {
                     // Another call took the approval first: look again (it is in progress).
                     continue;
                 }
-                Decision::ApprovalExpired => {
+                Decision::ApprovalExpired { until } => {
                     let back = TransitionRequest {
                         key: &self.key,
                         fence: record.fence,
-                        seen: Seen::Approved,
+                        seen: Seen::Approved { until },
                         target: Target::AwaitingApproval,
                         now,
                         expires_at: record.expires_at,
@@ -411,7 +411,7 @@ impl PreparedCall {
                 if now < until.min(tools) {
                     Ok(Decision::RunApproved { decided_at, until })
                 } else {
-                    Ok(Decision::ApprovalExpired)
+                    Ok(Decision::ApprovalExpired { until })
                 }
             }
             // A key decided not applied with this fingerprint is claimed by the store
@@ -644,7 +644,9 @@ enum Decision {
         decided_at: Timestamp,
         until: Timestamp,
     },
-    ApprovalExpired,
+    ApprovalExpired {
+        until: Timestamp,
+    },
 }
 
 /// A takeover that is due.

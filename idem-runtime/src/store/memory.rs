@@ -341,8 +341,10 @@ impl Store for MemoryStore {
                         },
                     ) => owner == *o && lease_until == *l,
                     (Seen::NotApplied, RecordState::NotApplied { .. })
-                    | (Seen::AwaitingApproval, RecordState::AwaitingApproval { .. })
-                    | (Seen::Approved, RecordState::Approved { .. }) => true,
+                    | (Seen::AwaitingApproval, RecordState::AwaitingApproval { .. }) => true,
+                    (Seen::Approved { until }, RecordState::Approved { until: u, .. }) => {
+                        until == *u
+                    }
                     _ => false,
                 };
             if !seen {

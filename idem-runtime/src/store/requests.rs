@@ -149,8 +149,13 @@ pub enum Seen {
     NotApplied,
     /// Awaiting approval (A2).
     AwaitingApproval,
-    /// Approved (A3), whatever its validity.
-    Approved,
+    /// Approved (A3), the approval that expires at `until`: a later approval of the same
+    /// key (a re-approval after an expiry keeps the fence, F1) has another `until`, so a
+    /// caller that saw an earlier one cannot move it.
+    Approved {
+        /// The expiry of the approval seen.
+        until: Timestamp,
+    },
 }
 
 /// The state a [`Store::transition`] moves a record to.

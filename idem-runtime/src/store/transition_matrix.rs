@@ -1,6 +1,7 @@
 //! The transition matrix every persistent store's tests run (A2–A5, U2, U6, U7, F1): every
 //! transition (6 targets) tried on a record in every state (6), as every state a caller
-//! may have seen (7), on the record's fence and on a stale one, on the store under test and
+//! may have seen (8: an approval seen is told apart from a later one by its expiry), on the
+//! record's fence and on a stale one, on the store under test and
 //! on the memory store (the reference, `MemoryStore::transition`): the same answer, the
 //! same record and the same history, and the answer the specification's table gives.
 //!
@@ -60,8 +61,8 @@ const STARTS: [Start; 6] = [
     Start::Completed,
 ];
 
-/// How many cases the matrix tries: 6 starts × 7 seen states × 6 targets × 2 fences.
-pub(crate) const CASES: u64 = 6 * 7 * 6 * 2;
+/// How many cases the matrix tries: 6 starts × 8 seen states × 6 targets × 2 fences.
+pub(crate) const CASES: u64 = 6 * 8 * 6 * 2;
 
 /// An hour (ms): the validity of the approvals the matrix records.
 const HOUR_MS: u64 = 3_600_000;
@@ -227,13 +228,11 @@ async fn bring(store: &dyn Store, k: &IdempotencyKey, owner: OwnerToken, start: 
         Start::AwaitingApproval | Start::Approved => {
             transition(store, k, (1, mine), Target::AwaitingApproval, t1).await
                 && (start == Start::AwaitingApproval || {
-                    let t2 = at(T0 + 2);
-                    let until = plus(t2, HOUR_MS);
                     let approved = Target::Approved {
-                        decided_at: t2,
-                        until,
+                        decided_at: at(T0 + 2),
+                        until: approved_until(),
                     };
-                    transition(store, k, (1, Seen::AwaitingApproval), approved, t2).await
+                    transition(store, k, (1, Seen::AwaitingApproval), approved, at(T0 + 2)).await
                 })
         }
         Start::Completed => {
@@ -254,6 +253,11 @@ async fn bring(store: &dyn Store, k: &IdempotencyKey, owner: OwnerToken, start: 
     assert!(ok, "set-up of {start:?} on {store:?}");
 }
 
+/// The expiry of the approval a record brought to `Start::Approved` holds.
+fn approved_until() -> Timestamp {
+    plus(at(T0 + 2), HOUR_MS)
+}
+
 /// What `owner` sees of its claim once it is marked unknown (the lease is kept).
 fn unknown(owner: OwnerToken) -> Seen {
     Seen::OutcomeUnknown {
@@ -263,8 +267,9 @@ fn unknown(owner: OwnerToken) -> Seen {
 }
 
 /// The states a caller can have seen of a record claimed by `owner`: in progress with and
-/// without its lease, in progress by `other`, and every other state.
-fn seens(owner: OwnerToken, other: OwnerToken) -> [Seen; 7] {
+/// without its lease, in progress by `other`, the record's approval and an earlier one, and
+/// every other state.
+fn seens(owner: OwnerToken, other: OwnerToken) -> [Seen; 8] {
     [
         Seen::InProgress {
             owner,
@@ -281,7 +286,11 @@ fn seens(owner: OwnerToken, other: OwnerToken) -> [Seen; 7] {
         unknown(owner),
         Seen::NotApplied,
         Seen::AwaitingApproval,
-        Seen::Approved,
+        Seen::Approved {
+            until: approved_until(),
+        },
+        // An approval that expired and was replaced: its expiry is not the record's (A4).
+        Seen::Approved { until: at(T0 + 1) },
     ]
 }
 
@@ -322,8 +331,8 @@ fn sees(start: Start, seen: Seen, owner: OwnerToken) -> bool {
         ) => o == owner && lease_until.is_none_or(|l| l == at(T0 + LEASE_MS)),
         (Start::OutcomeUnknown, seen) => seen == unknown(owner),
         (Start::NotApplied, Seen::NotApplied)
-        | (Start::AwaitingApproval, Seen::AwaitingApproval)
-        | (Start::Approved, Seen::Approved) => true,
+        | (Start::AwaitingApproval, Seen::AwaitingApproval) => true,
+        (Start::Approved, Seen::Approved { until }) => until == approved_until(),
         _ => false,
     }
 }

@@ -18,6 +18,8 @@ mod adversarial_issue10;
 mod adversarial_issue10_fixes;
 mod adversarial_issue10_typed;
 mod adversarial_issue17;
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "redis"))]
+mod adversarial_issue17_stores;
 mod adversarial_issue7;
 #[cfg(feature = "genai")]
 mod adversarial_issue8_genai;

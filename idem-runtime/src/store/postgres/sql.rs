@@ -276,7 +276,7 @@ impl Statements {
 ///
 /// `$3` the state seen (`in_progress`, `outcome_unknown`, `not_applied`,
 /// `awaiting_approval`, `approved`), `$4` the owner seen, `$5` the lease seen (`NULL`: any,
-/// only for `in_progress`), `$6` the target (`outcome_unknown`, `completed`,
+/// only for `in_progress`; for `approved`, the expiry of the approval seen), `$6` the target (`outcome_unknown`, `completed`,
 /// `not_applied`, `awaiting_approval`, `approved`, `in_progress`), `$7` the target's
 /// `since`, `$8` its outcome, `$9` its source, `$10` now, `$11` the expiry to raise a
 /// completed row's to, or a run's expiry, `$12` the history entry, `$13` the run's owner,
@@ -321,7 +321,7 @@ fn transition(s: &str) -> String {
              OR ($3::TEXT = 'not_applied' AND decided_at IS NOT NULL)
              OR ($3::TEXT = 'awaiting_approval' AND approval_at IS NOT NULL
                  AND approval_until IS NULL)
-             OR ($3::TEXT = 'approved' AND approval_until IS NOT NULL))
+             OR ($3::TEXT = 'approved' AND approval_until = $5::BIGINT))
            AND CASE $6::TEXT
                  WHEN 'outcome_unknown' THEN $3::TEXT = 'in_progress'
                  WHEN 'awaiting_approval' THEN $3::TEXT IN ('in_progress', 'approved')

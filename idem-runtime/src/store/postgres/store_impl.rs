@@ -188,7 +188,7 @@ impl Store for PostgresStore {
             ),
             Seen::NotApplied => ("not_applied", None, None),
             Seen::AwaitingApproval => ("awaiting_approval", None, None),
-            Seen::Approved => ("approved", None, None),
+            Seen::Approved { until } => ("approved", None, Some(to_sql(until))),
         };
         let target = TargetColumns::of(&req.target);
         let (now, expires_at) = (to_sql(req.now), to_sql(req.expires_at));

@@ -49,7 +49,8 @@ fn acquired(answer: &[u8]) -> Option<Claim> {
 }
 
 /// The transition script's arguments for `req` (see [`scripts::TRANSITION`]): now, fence,
-/// seen state, seen owner, seen lease deadline, target state, since, outcome, source,
+/// seen state, seen owner, seen lease deadline (for an approval seen: its expiry), target
+/// state, since, outcome, source,
 /// expires_at, entry, approval_at, approval_until, owner, lease_until, fence of the run; an
 /// argument the seen state or the target does not use is `""`.
 fn transition_args(req: &TransitionRequest<'_>) -> Vec<String> {
@@ -67,7 +68,7 @@ fn transition_args(req: &TransitionRequest<'_>) -> Vec<String> {
         ),
         Seen::NotApplied => ("not_applied", none(), none()),
         Seen::AwaitingApproval => ("awaiting_approval", none(), none()),
-        Seen::Approved => ("approved", none(), none()),
+        Seen::Approved { until } => ("approved", none(), number_arg(until.as_millis())),
     };
     // since, outcome, source; approval_at, approval_until; owner, lease_until, fence.
     let mut target_args: [String; 8] = Default::default();

@@ -435,6 +435,7 @@ if (state == 'in_progress' or state == 'outcome_unknown')
   and (r[2] ~= ARGV[4] or (ARGV[5] ~= '' and r[3] ~= ARGV[5])) then
   return 0
 end
+if state == 'approved' and r[9] ~= ARGV[5] then return 0 end
 local target = ARGV[6]
 if target == 'outcome_unknown' then
   if state ~= 'in_progress' then return 0 end

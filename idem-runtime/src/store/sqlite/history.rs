@@ -115,7 +115,9 @@ enum SeenValues {
     },
     NotApplied,
     AwaitingApproval,
-    Approved,
+    Approved {
+        until: i64,
+    },
 }
 
 /// The state a transition moves to, as stored.
@@ -177,7 +179,9 @@ impl TransitionValues {
                 },
                 Seen::NotApplied => SeenValues::NotApplied,
                 Seen::AwaitingApproval => SeenValues::AwaitingApproval,
-                Seen::Approved => SeenValues::Approved,
+                Seen::Approved { until } => SeenValues::Approved {
+                    until: to_sql(until),
+                },
             },
             target: match &req.target {
                 Target::OutcomeUnknown { since } => TargetValues::OutcomeUnknown {
@@ -224,13 +228,13 @@ impl TransitionValues {
             TargetValues::Completed { .. } | TargetValues::NotApplied => true,
             TargetValues::AwaitingApproval => matches!(
                 self.seen,
-                SeenValues::InProgress { .. } | SeenValues::Approved
+                SeenValues::InProgress { .. } | SeenValues::Approved { .. }
             ),
             TargetValues::Approved { .. } => matches!(
                 self.seen,
                 SeenValues::InProgress { .. } | SeenValues::AwaitingApproval
             ),
-            TargetValues::InProgress { .. } => matches!(self.seen, SeenValues::Approved),
+            TargetValues::InProgress { .. } => matches!(self.seen, SeenValues::Approved { .. }),
         }
     }
 
@@ -269,7 +273,10 @@ impl TransitionValues {
             }
             SeenValues::NotApplied => "decided_at IS NOT NULL",
             SeenValues::AwaitingApproval => "approval_at IS NOT NULL AND approval_until IS NULL",
-            SeenValues::Approved => "approval_until IS NOT NULL",
+            SeenValues::Approved { until } => {
+                params.push((":seen_until", Value::Integer(*until)));
+                "approval_until = :seen_until"
+            }
         };
         let set = match &self.target {
             TargetValues::OutcomeUnknown { since } => {

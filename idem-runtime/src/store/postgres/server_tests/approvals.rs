@@ -306,7 +306,9 @@ async fn approval_decisions_deny_run_and_expire() {
     let take = request(
         &run,
         1,
-        Seen::Approved,
+        Seen::Approved {
+            until: at(late + 60_000),
+        },
         Target::InProgress {
             owner: runner,
             lease_until: at(late + 1_000),
@@ -374,7 +376,7 @@ async fn approval_decisions_deny_run_and_expire() {
     let back = request(
         &expired,
         1,
-        Seen::Approved,
+        Seen::Approved { until: at(62_000) },
         Target::AwaitingApproval,
         late,
         late,
@@ -437,9 +439,18 @@ async fn racing_approvals_and_runs_apply_once() {
     }
     assert!(approvals.values().all(|&n| n == 1), "{approvals:?}");
 
+    // The approval each caller saw (which decider won is the race above's).
+    let mut untils = std::collections::HashMap::new();
+    for k in &keys {
+        match read(&stores[0], k, 5_000).await.state {
+            RecordState::Approved { until, .. } => untils.insert(k.clone(), until),
+            other => panic!("approved: {other:?}"),
+        };
+    }
+    let untils = std::sync::Arc::new(untils);
     let mut tasks = Vec::new();
     for (i, k) in keys.iter().cycle().take(keys.len() * 8).enumerate() {
-        let (store, k) = (stores[i % 2].clone(), k.clone());
+        let (store, k, untils) = (stores[i % 2].clone(), k.clone(), untils.clone());
         tasks.push(tokio::spawn(async move {
             let owner = OwnerToken::random();
             let target = Target::InProgress {
@@ -448,7 +459,16 @@ async fn racing_approvals_and_runs_apply_once() {
                 fence: 2,
             };
             let entry = HistoryEntry::claimed(at(5_000), 2, owner);
-            let req = request(&k, 1, Seen::Approved, target, 5_000, 105_000, &entry);
+            let until = untils[&k];
+            let req = request(
+                &k,
+                1,
+                Seen::Approved { until },
+                target,
+                5_000,
+                105_000,
+                &entry,
+            );
             (k.clone(), owner, store.transition(req).await)
         }));
     }

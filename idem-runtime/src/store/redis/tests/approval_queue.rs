@@ -178,7 +178,18 @@ async fn approval_records_round_trip() {
         lease_until: plus(t3, 1_000),
         fence: 2,
     };
-    assert!(transition(&s.store, &k, 1, Seen::Approved, run, t3, plus(t3, DAY_MS)).await);
+    assert!(
+        transition(
+            &s.store,
+            &k,
+            1,
+            Seen::Approved { until },
+            run,
+            t3,
+            plus(t3, DAY_MS)
+        )
+        .await
+    );
     let running = read(&s.store, &k, t3).await;
     assert_eq!(
         (
@@ -243,7 +254,7 @@ async fn approval_records_round_trip() {
         .transition(TransitionRequest {
             key: &k,
             fence: 2,
-            seen: Seen::Approved,
+            seen: Seen::Approved { until },
             target: Target::AwaitingApproval,
             now: t4,
             expires_at: t4,

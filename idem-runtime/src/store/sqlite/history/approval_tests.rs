@@ -262,7 +262,7 @@ fn approval_records_round_trip() {
     assert!(move_to(
         &store,
         &k2,
-        (1, Seen::Approved),
+        (1, Seen::Approved { until: at(5_000) }),
         run,
         (10_000, 20_000),
         took.clone()
@@ -311,7 +311,7 @@ fn approval_records_round_trip() {
     assert!(move_to(
         &store,
         &k2,
-        (2, Seen::Approved),
+        (2, Seen::Approved { until: at(5_000) }),
         to,
         (10_060, 0),
         lapsed.clone()
