@@ -363,7 +363,7 @@ pub fn record_text(key: &IdempotencyKey, record: &Record, now: Timestamp) -> Str
         },
     ));
     if let Some(args) = &label.key_args {
-        rows.push(("key args", args.clone()));
+        rows.push(("arguments", args.clone()));
     }
     if StateFilter::at(&record.state, now) == StateFilter::OutcomeUnknown {
         rows.push((

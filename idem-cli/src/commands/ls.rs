@@ -72,7 +72,7 @@ pub(super) async fn run(engine: &Engine, args: &LsArgs) -> Result<Report, CliErr
         Some(StateFilter::AwaitingApproval | StateFilter::Approved)
     );
     if with_args {
-        header.push("KEY ARGS");
+        header.push("ARGUMENTS");
     }
     let rows: Vec<Vec<String>> = page
         .records

@@ -161,7 +161,7 @@ mod tests {
             "{text}"
         );
         assert_eq!(
-            row(&text, "key args"),
+            row(&text, "arguments"),
             r#"{"amount_cents":500,"order_id":4417}"#
         );
         assert!(

@@ -363,7 +363,7 @@ fn the_queue_of_calls_awaiting_approval(b: Backend) {
     let rows: Vec<&str> = table.lines().collect();
     assert_eq!(rows.len(), 4, "{table}");
     assert!(
-        rows[0].starts_with("KEY") && rows[0].ends_with("KEY ARGS"),
+        rows[0].starts_with("KEY") && rows[0].ends_with("ARGUMENTS"),
         "{table}"
     );
     assert!(
@@ -414,7 +414,7 @@ fn show_and_history_print_the_approval_events(b: Backend) {
     assert_eq!(row(&shown, "state"), "awaiting approval", "{shown}");
     assert!(row(&shown, "awaiting since").contains("Z ("), "{shown}");
     assert_eq!(
-        row(&shown, "key args"),
+        row(&shown, "arguments"),
         r#"{"amount_cents":500,"order_id":7}"#
     );
     assert!(
