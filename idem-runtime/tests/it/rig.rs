@@ -567,3 +567,74 @@ async fn concurrent_duplicates_run_once() {
     assert_eq!(first.output().as_text(), Some("refund #1 of ord_7"));
     assert_eq!(second.output().as_text(), first.output().as_text());
 }
+
+/// A handler over the wrapped tool, the run context, and the engine behind it (to decide).
+fn setup_with_engine(
+    wrapped: Idempotent<SendRefund>,
+    conversation: &str,
+) -> (ErasedHandler, ToolContext, Engine) {
+    let engine = Engine::in_memory();
+    let scope = CallContext::new().with_engine(engine.clone());
+    let mut context = ToolContext::new().with_scope(Arc::new(scope));
+    context.insert(Conversation::new(conversation)).unwrap();
+    (
+        ErasedHandler::new(ToolAdapter::new(wrapped)),
+        context,
+        engine,
+    )
+}
+
+/// The key of the one record awaiting approval.
+async fn awaiting_key(engine: &Engine) -> idem_runtime::IdempotencyKey {
+    let query = idem_runtime::store::ListQuery::new()
+        .state(idem_runtime::store::StateFilter::AwaitingApproval);
+    let page = engine
+        .store()
+        .list(&query, idem_runtime::Timestamp::from_millis(u64::MAX / 2))
+        .await
+        .unwrap();
+    assert_eq!(page.records.len(), 1, "{page:?}");
+    page.records[0].key.clone()
+}
+
+// pins R5, A2, A4, A5, D3: a rig tool that requires approval answers the model
+// `idem.awaiting_approval` (not retryable, the tool did not run, the text says to call again
+// later with the same arguments); approved, the same call runs once and replays; denied,
+// the model gets `idem.denied` with who and why
+#[tokio::test]
+async fn approvals_reach_the_model_as_their_own_codes() {
+    let tool = SendRefund::default();
+    let wrapped = Idempotent::new(tool.clone()).require_approval(Some(Duration::from_secs(600)));
+    let (handler, context, engine) = setup_with_engine(wrapped, "conv_approval");
+    let call = tool_call("call_1", json!({"order_id": "ord_9", "amount_cents": 900}));
+    let (first, outcome) = dispatch(&handler, &call, &context).await;
+    let error = first.error().expect("an error result");
+    assert_eq!(error.code(), Some("idem.awaiting_approval"));
+    assert_eq!(error.retryable(), Some(false));
+    assert!(error.to_string().contains("same arguments"), "{error}");
+    assert!(outcome.is_none());
+    assert_eq!(tool.runs(), 0, "nothing ran before the approval");
+    let key = awaiting_key(&engine).await;
+    let ana = idem_runtime::approval::Approval::new("ana").unwrap();
+    engine.approve(&key, &ana).await.unwrap();
+    let (ran, _) = dispatch(&handler, &call, &context).await;
+    let (replayed, outcome) = dispatch(&handler, &call, &context).await;
+    assert!(ran.is_success() && replayed.is_success());
+    assert_eq!(output(&ran), output(&replayed));
+    assert_eq!(outcome.unwrap().0.status, CallStatus::Replayed);
+    assert_eq!(tool.runs(), 1);
+
+    let other = tool_call("call_2", json!({"order_id": "ord_10", "amount_cents": 900}));
+    dispatch(&handler, &other, &context).await;
+    let key = awaiting_key(&engine).await;
+    let bo = idem_runtime::approval::Approval::new("bo")
+        .unwrap()
+        .note("not this customer");
+    engine.deny(&key, &bo).await.unwrap();
+    let (denied, _) = dispatch(&handler, &other, &context).await;
+    let error = denied.error().expect("an error result");
+    assert_eq!(error.code(), Some("idem.denied"));
+    assert_eq!(error.retryable(), Some(false));
+    assert!(error.to_string().contains("not this customer"), "{error}");
+    assert_eq!(tool.runs(), 1, "a denied call never runs");
+}
