@@ -94,6 +94,12 @@ pub mod tools {
 
     pub static REFUND: ToolSpec = ToolSpec::new("send_refund");
 
+    /// `send_refund` as a tool that requires a person's approval (A1), valid 10 minutes.
+    pub static APPROVED_REFUND: ToolSpec = ToolSpec {
+        approval: Some(std::time::Duration::from_secs(600)),
+        ..ToolSpec::new("send_refund")
+    };
+
     /// `send_refund`'s typed parameters.
     #[derive(Debug, Deserialize)]
     #[serde(deny_unknown_fields)]
@@ -104,11 +110,20 @@ pub mod tools {
 
     /// `send_refund(order, cents)`: logs the refund and returns its id.
     pub fn send_refund(log: &EffectLog) -> Tool {
+        refund_tool(&REFUND, log)
+    }
+
+    /// `send_refund` as [`send_refund`], requiring approval ([`APPROVED_REFUND`]).
+    pub fn send_refund_with_approval(log: &EffectLog) -> Tool {
+        refund_tool(&APPROVED_REFUND, log)
+    }
+
+    fn refund_tool(spec: &'static ToolSpec, log: &EffectLog) -> Tool {
         let log = log.clone();
         Tool::from_async("send_refund", move |a: RefundArgs, _ctx| {
             let log = log.clone();
             async move {
-                prepare(&REFUND, None, |b| {
+                prepare(spec, None, |b| {
                     b.key("order", &a.order)?.key("cents", &a.cents)?;
                     Ok(())
                 })?

@@ -713,3 +713,78 @@ async fn a_responses_wrapper_gives_one_output_item_with_parts() {
     );
     stateless_next_request(&response, results);
 }
+
+// pins O1, A2, A4, A5, D3: a tool that requires approval answers its tool call with an
+// awaiting-approval failure (a typed kind for the host, text for the model, not retried);
+// approved, the same response dispatched again runs it once; denied, the model is told who
+// denied it and why
+#[tokio::test]
+async fn approvals_reach_the_model_and_the_host() {
+    let log = EffectLog::new();
+    let engine = engine();
+    let dispatcher = Dispatcher::builder()
+        .tool(common::tools::send_refund_with_approval(&log))
+        .engine(engine.clone())
+        .build()
+        .unwrap();
+    let conversation = Conversation::new("conv_approval");
+    let response = chat_response(json!([function_call(
+        "call_a",
+        "{\"order\": 7, \"cents\": 1250}"
+    )]));
+    let waiting = dispatcher
+        .dispatch_chat_completion(&response, &conversation)
+        .await
+        .unwrap();
+    let report = &waiting.reports()[0];
+    let failure = report.reply.result.as_ref().unwrap_err();
+    assert_eq!(failure.kind, FailureKind::AwaitingApproval);
+    assert!(!failure.retryable);
+    assert_eq!(report.attempt_count(), 1, "not retried");
+    let (id, told) = tool_message(&waiting.messages()[0]);
+    assert_eq!(id, "call_a");
+    assert_eq!(told["error"]["kind"], "awaiting_approval", "{told}");
+    assert_eq!(log.len(), 0);
+    let key = report.key.clone().expect("the call's key");
+    let ana = idem_runtime::approval::Approval::new("ana").unwrap();
+    engine.approve(&key, &ana).await.unwrap();
+    let ran = dispatcher
+        .dispatch_chat_completion(&response, &conversation)
+        .await
+        .unwrap();
+    assert!(ran.all_ok());
+    assert_eq!(
+        tool_message(&ran.messages()[0]).1,
+        json!({"refund_id": "re_7", "cents": 1250})
+    );
+    assert_eq!(log.len(), 1);
+
+    let other = chat_response(json!([function_call(
+        "call_b",
+        "{\"order\": 8, \"cents\": 300}"
+    )]));
+    let waiting = dispatcher
+        .dispatch_chat_completion(&other, &conversation)
+        .await
+        .unwrap();
+    let key = waiting.reports()[0].key.clone().unwrap();
+    let bo = idem_runtime::approval::Approval::new("bo")
+        .unwrap()
+        .note("amount too high");
+    engine.deny(&key, &bo).await.unwrap();
+    let denied = dispatcher
+        .dispatch_chat_completion(&other, &conversation)
+        .await
+        .unwrap();
+    let failure = denied.reports()[0].reply.result.as_ref().unwrap_err();
+    assert_eq!(failure.kind, FailureKind::Denied);
+    let told = tool_message(&denied.messages()[0]).1;
+    assert_eq!(told["error"]["kind"], "denied", "{told}");
+    assert!(
+        told["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("denied by bo") && m.contains("amount too high")),
+        "{told}"
+    );
+    assert_eq!(log.len(), 1, "a denied call never runs");
+}
