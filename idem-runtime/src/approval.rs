@@ -25,7 +25,7 @@ use std::time::Duration;
 use crate::engine::Engine;
 use crate::key::IdempotencyKey;
 use crate::outcome::OutcomeSource;
-use crate::resolve::{check_note, checked_actor, ResolveError, Resolved, DEFAULT_KEEP_FOR};
+use crate::resolve::{fence_checked, Decider, ResolveError, Resolved};
 use crate::spec::ToolSpec;
 use crate::store::{
     Denial, HistoryEntry, HistoryEvent, RecordState, Seen, StateFilter, Target, TransitionRequest,
@@ -34,11 +34,8 @@ use crate::store::{
 /// Who approves or denies a call, and why (A3). Build with [`Approval::new`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Approval {
-    actor: String,
-    note: Option<String>,
-    expect_fence: Option<u64>,
+    decider: Decider,
     valid_for: Duration,
-    keep_for: Duration,
 }
 
 impl Approval {
@@ -49,24 +46,21 @@ impl Approval {
     /// [`ResolveError::BadActor`] naming what is wrong with `actor`.
     pub fn new(actor: impl Into<String>) -> Result<Self, ResolveError> {
         Ok(Approval {
-            actor: checked_actor(actor.into())?,
-            note: None,
-            expect_fence: None,
+            decider: Decider::new(actor.into())?,
             valid_for: ToolSpec::DEFAULT_APPROVAL_VALID_FOR,
-            keep_for: DEFAULT_KEEP_FOR,
         })
     }
 
     /// With a note saying why (at most [`NOTE_MAX_CHARS`](crate::resolve::NOTE_MAX_CHARS)
     /// characters; longer notes are refused with [`ResolveError::BadNote`]).
     pub fn note(mut self, note: impl Into<String>) -> Self {
-        self.note = Some(note.into());
+        self.decider.note = Some(note.into());
         self
     }
 
     /// Only if the record still has fence `fence` (what `idem show` printed).
     pub fn expect_fence(mut self, fence: u64) -> Self {
-        self.expect_fence = Some(fence);
+        self.decider.expect_fence = Some(fence);
         self
     }
 
@@ -79,15 +73,15 @@ impl Approval {
     }
 
     /// A denial is kept `keep_for` from the decision (default
-    /// [`DEFAULT_KEEP_FOR`], 24 hours).
+    /// [`DEFAULT_KEEP_FOR`](crate::resolve::DEFAULT_KEEP_FOR), 24 hours).
     pub fn keep_for(mut self, keep_for: Duration) -> Self {
-        self.keep_for = keep_for;
+        self.decider.keep_for = keep_for;
         self
     }
 
     /// Who decides.
     pub fn actor(&self) -> &str {
-        &self.actor
+        &self.decider.actor
     }
 }
 
@@ -173,22 +167,11 @@ impl Engine {
         approval: &Approval,
         verdict: Verdict,
     ) -> Result<Resolved, ResolveError> {
-        check_note(approval.note.as_deref())?;
+        let decider = &approval.decider;
+        decider.check_note()?;
         let now = self.clock().now();
-        let Some(mut record) = self.store().read(key, now).await? else {
-            return Err(ResolveError::NotFound {
-                key: key.to_string(),
-            });
-        };
-        let state = StateFilter::at(&record.state, now);
-        if let Some(expected) = approval.expect_fence.filter(|&f| f != record.fence) {
-            return Err(ResolveError::FenceChanged {
-                key: key.to_string(),
-                expected,
-                found: record.fence,
-                state,
-            });
-        }
+        let mut record = self.live_record(key, now).await?;
+        let state = fence_checked(key, &record, decider.expect_fence, now)?;
         // A3: an approval lasts no longer than the tool's own validity, which the call
         // wrote into its request (one more round trip, for approvals only).
         let tools_validity = match verdict {
@@ -257,9 +240,9 @@ impl Engine {
             }
         };
         let denial = Denial {
-            actor: approval.actor.clone(),
+            actor: decider.actor.clone(),
             at: now,
-            note: approval.note.clone(),
+            note: decider.note.clone(),
         }
         .to_envelope();
         let valid_for = tools_validity.map_or(approval.valid_for, |t| t.min(approval.valid_for));
@@ -280,9 +263,8 @@ impl Engine {
                 HistoryEvent::Denied,
             ),
         };
-        let entry = HistoryEntry::new(now, event, record.fence)
-            .with_actor(&approval.actor, approval.note.clone());
-        let expires_at = now.saturating_add(approval.keep_for);
+        let entry = decider.entry(now, event, record.fence);
+        let expires_at = now.saturating_add(decider.keep_for);
         let decided = self
             .store()
             .transition(TransitionRequest {
@@ -298,7 +280,6 @@ impl Engine {
         if !decided {
             return Err(self.changed(key, now).await);
         }
-        let tool = record.label.as_ref().map_or("", |l| l.tool.as_str());
         let decision = match verdict {
             Verdict::Approve => "approved",
             Verdict::Deny => "denied",
@@ -307,17 +288,7 @@ impl Engine {
             RecordState::AwaitingApproval { since } => since,
             _ => record.created_at,
         };
-        crate::telemetry::decision_delay(tool, decision, now.saturating_since(since));
-        tracing::info!(
-            target: "idem",
-            key = %key,
-            tool,
-            decision,
-            actor = %approval.actor,
-            note = approval.note.as_deref().unwrap_or(""),
-            fence = record.fence,
-            "decided"
-        );
+        decider.announce(key, &record, decision, since, now);
         // The record as the transition left it (one read and one compare-and-set).
         record.state = match verdict {
             Verdict::Approve => RecordState::Approved {

@@ -140,10 +140,7 @@ fn bad_output(what: &'static str, message: String) -> ResolveError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Resolution {
     decision: Decision,
-    actor: String,
-    note: Option<String>,
-    expect_fence: Option<u64>,
-    keep_for: Duration,
+    decider: Decider,
 }
 
 impl Resolution {
@@ -155,29 +152,26 @@ impl Resolution {
     pub fn new(decision: Decision, actor: impl Into<String>) -> Result<Self, ResolveError> {
         Ok(Resolution {
             decision,
-            actor: checked_actor(actor.into())?,
-            note: None,
-            expect_fence: None,
-            keep_for: DEFAULT_KEEP_FOR,
+            decider: Decider::new(actor.into())?,
         })
     }
 
     /// With a note saying why (at most [`NOTE_MAX_CHARS`] characters; longer notes are
     /// refused by [`Engine::resolve`] with [`ResolveError::BadNote`]).
     pub fn note(mut self, note: impl Into<String>) -> Self {
-        self.note = Some(note.into());
+        self.decider.note = Some(note.into());
         self
     }
 
     /// Only if the record still has fence `fence` (what `idem show` printed).
     pub fn expect_fence(mut self, fence: u64) -> Self {
-        self.expect_fence = Some(fence);
+        self.decider.expect_fence = Some(fence);
         self
     }
 
     /// A saved outcome lives `keep_for` from the decision (default [`DEFAULT_KEEP_FOR`]).
     pub fn keep_for(mut self, keep_for: Duration) -> Self {
-        self.keep_for = keep_for;
+        self.decider.keep_for = keep_for;
         self
     }
 
@@ -188,11 +182,84 @@ impl Resolution {
 
     /// Who decided.
     pub fn actor(&self) -> &str {
-        &self.actor
+        &self.decider.actor
+    }
+}
+
+/// Who decides, why, on which fence, and how long a saved outcome is kept: what every
+/// person's decision carries (U6, A3), for [`Resolution`] and
+/// [`Approval`](crate::approval::Approval) alike.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Decider {
+    pub(crate) actor: String,
+    pub(crate) note: Option<String>,
+    pub(crate) expect_fence: Option<u64>,
+    pub(crate) keep_for: Duration,
+}
+
+impl Decider {
+    /// A decider named `actor`, checked ([`ResolveError::BadActor`]).
+    pub(crate) fn new(actor: String) -> Result<Self, ResolveError> {
+        Ok(Decider {
+            actor: checked_actor(actor)?,
+            note: None,
+            expect_fence: None,
+            keep_for: DEFAULT_KEEP_FOR,
+        })
     }
 
-    fn check_note(&self) -> Result<(), ResolveError> {
+    /// [`ResolveError::BadNote`] for a note longer than [`NOTE_MAX_CHARS`] characters.
+    pub(crate) fn check_note(&self) -> Result<(), ResolveError> {
         check_note(self.note.as_deref())
+    }
+
+    /// `event` at `now` on `fence`, signed with the actor and the note (U7).
+    pub(crate) fn entry(&self, now: Timestamp, event: HistoryEvent, fence: u64) -> HistoryEntry {
+        HistoryEntry::new(now, event, fence).with_actor(&self.actor, self.note.clone())
+    }
+
+    /// Records a decision written on `record` of `key`: the `decided` INFO event (V2) and
+    /// the delay from `since` (the unknown outcome, or the request) to `now` (V3).
+    pub(crate) fn announce(
+        &self,
+        key: &IdempotencyKey,
+        record: &Record,
+        decision: &'static str,
+        since: Timestamp,
+        now: Timestamp,
+    ) {
+        let tool = record.label.as_ref().map_or("", |l| l.tool.as_str());
+        crate::telemetry::decision_delay(tool, decision, now.saturating_since(since));
+        tracing::info!(
+            target: "idem",
+            key = %key,
+            tool,
+            decision,
+            actor = %self.actor,
+            note = self.note.as_deref().unwrap_or(""),
+            fence = record.fence,
+            "decided"
+        );
+    }
+}
+
+/// [`ResolveError::FenceChanged`] when `expected` is given and is not `record`'s fence;
+/// else the record's state at `now` (I7).
+pub(crate) fn fence_checked(
+    key: &IdempotencyKey,
+    record: &Record,
+    expected: Option<u64>,
+    now: Timestamp,
+) -> Result<StateFilter, ResolveError> {
+    let state = StateFilter::at(&record.state, now);
+    match expected.filter(|&f| f != record.fence) {
+        Some(expected) => Err(ResolveError::FenceChanged {
+            key: key.to_string(),
+            expected,
+            found: record.fence,
+            state,
+        }),
+        None => Ok(state),
     }
 }
 
@@ -218,7 +285,7 @@ pub(crate) fn checked_actor(actor: String) -> Result<String, ResolveError> {
 }
 
 /// [`ResolveError::BadNote`] for a note longer than [`NOTE_MAX_CHARS`] characters.
-pub(crate) fn check_note(note: Option<&str>) -> Result<(), ResolveError> {
+fn check_note(note: Option<&str>) -> Result<(), ResolveError> {
     match note {
         Some(note) if note.chars().count() > NOTE_MAX_CHARS => Err(ResolveError::BadNote {
             chars: note.chars().count(),
@@ -337,14 +404,11 @@ impl Engine {
         key: &IdempotencyKey,
         resolution: &Resolution,
     ) -> Result<Resolved, ResolveError> {
-        resolution.check_note()?;
+        resolution.decider.check_note()?;
         let now = self.clock().now();
-        let Some(record) = self.store().read(key, now).await? else {
-            return Err(ResolveError::NotFound {
-                key: key.to_string(),
-            });
-        };
-        self.resolve_record(key, record, resolution, resolution.expect_fence, now)
+        let record = self.live_record(key, now).await?;
+        let expected = resolution.decider.expect_fence;
+        self.resolve_record(key, record, resolution, expected, now)
             .await
     }
 
@@ -382,7 +446,7 @@ impl Engine {
                 answers.push((listed, None));
                 continue;
             }
-            let answer = match resolution.check_note() {
+            let answer = match resolution.decider.check_note() {
                 Err(e) => Err(e),
                 Ok(()) => {
                     let now = self.clock().now();
@@ -413,15 +477,7 @@ impl Engine {
         now: Timestamp,
     ) -> Result<Resolved, ResolveError> {
         let decision = &resolution.decision;
-        let state = StateFilter::at(&record.state, now);
-        if let Some(expected) = expect_fence.filter(|&f| f != record.fence) {
-            return Err(ResolveError::FenceChanged {
-                key: key.to_string(),
-                expected,
-                found: record.fence,
-                state,
-            });
-        }
+        let state = fence_checked(key, &record, expect_fence, now)?;
         let refuse = |why: String| ResolveError::NotDecidable {
             key: key.to_string(),
             state,
@@ -503,14 +559,10 @@ impl Engine {
             },
             Decision::NotApplied => Target::NotApplied,
         };
-        let entry = HistoryEntry::new(
-            now,
-            HistoryEvent::Resolved {
-                decision: decision.kind(),
-            },
-            record.fence,
-        )
-        .with_actor(&resolution.actor, resolution.note.clone());
+        let event = HistoryEvent::Resolved {
+            decision: decision.kind(),
+        };
+        let entry = resolution.decider.entry(now, event, record.fence);
         let decided = self
             .store()
             .transition(TransitionRequest {
@@ -519,40 +571,28 @@ impl Engine {
                 seen,
                 target,
                 now,
-                expires_at: now.saturating_add(resolution.keep_for),
+                expires_at: now.saturating_add(resolution.decider.keep_for),
                 entry,
             })
             .await?;
         if !decided {
             return Err(self.changed(key, now).await);
         }
-        let tool = record.label.as_ref().map_or("", |l| l.tool.as_str());
         let unknown_since = match record.state {
             RecordState::OutcomeUnknown { since, .. } => since,
             _ => record.created_at,
         };
-        crate::telemetry::decision_delay(
-            tool,
-            decision.kind().as_str(),
-            now.saturating_since(unknown_since),
-        );
-        tracing::info!(
-            target: "idem",
-            key = %key,
-            tool,
-            decision = decision.kind().as_str(),
-            actor = %resolution.actor,
-            note = resolution.note.as_deref().unwrap_or(""),
-            fence = record.fence,
-            "decided"
-        );
+        let kind = decision.kind().as_str();
+        resolution
+            .decider
+            .announce(key, &record, kind, unknown_since, now);
         // The record as the transition left it, without reading it again (U6: a decision is
         // one read and one compare-and-set).
         record.state = match decision {
             Decision::Applied(outcome) | Decision::Failed(outcome) => {
                 record.expires_at = record
                     .expires_at
-                    .max(now.saturating_add(resolution.keep_for));
+                    .max(now.saturating_add(resolution.decider.keep_for));
                 RecordState::Completed {
                     outcome: outcome.clone(),
                     completed_at: now,
@@ -562,6 +602,20 @@ impl Engine {
             Decision::NotApplied => RecordState::NotApplied { decided_at: now },
         };
         Ok(Resolved::Decided(record))
+    }
+
+    /// `key`'s live record at `now`; [`ResolveError::NotFound`] without one.
+    pub(crate) async fn live_record(
+        &self,
+        key: &IdempotencyKey,
+        now: Timestamp,
+    ) -> Result<Record, ResolveError> {
+        self.store()
+            .read(key, now)
+            .await?
+            .ok_or_else(|| ResolveError::NotFound {
+                key: key.to_string(),
+            })
     }
 
     /// The error of a compare-and-set that lost: what the record is now.
