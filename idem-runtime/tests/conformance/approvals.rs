@@ -18,7 +18,7 @@ use idem_runtime::testkit::EffectLog;
 use idem_runtime::{prepare, CallContext, Error, OnCancel, Scope, ToolError, ToolSpec};
 
 use super::Factory;
-use crate::support::{key_of, Harness};
+use crate::support::{awaiting, events, key_of, Harness};
 
 /// Defines the suite's tests for one backend: `approvals_suite!(module, factory)`.
 macro_rules! approvals_suite {
@@ -82,19 +82,11 @@ async fn pay(
         .await
 }
 
-fn awaiting(answer: &Result<u64, ToolError>, expired: bool) -> bool {
-    matches!(answer, Err(ToolError::Idem(Error::AwaitingApproval { expired: e, .. })) if *e == expired)
-}
-
 fn ana() -> Approval {
     Approval::new("ana")
         .unwrap()
         .note("checked with the customer")
         .valid_for(Duration::from_millis(VALID_MS))
-}
-
-fn events(history: &idem_runtime::store::History) -> Vec<HistoryEvent> {
-    history.entries.iter().map(|e| e.event.clone()).collect()
 }
 
 // pins A2, A3, A4, U7: the first call records the request and runs nothing (every call

@@ -20,7 +20,7 @@ use idem_runtime::{
 };
 
 use super::Factory;
-use crate::support::{key_of, refund, Harness};
+use crate::support::{events, is_held, key_of, refund, Harness};
 
 /// Defines the suite's tests for one backend: `decisions_suite!(module, factory)`.
 macro_rules! decisions_suite {
@@ -90,21 +90,6 @@ fn actor(decision: Decision) -> Resolution {
     Resolution::new(decision, "ana")
         .unwrap()
         .note("checked the bank")
-}
-
-fn events(history: &idem_runtime::store::History) -> Vec<HistoryEvent> {
-    history.entries.iter().map(|e| e.event.clone()).collect()
-}
-
-fn is_held(answer: &Result<u64, ToolError>) -> bool {
-    matches!(
-        answer,
-        Err(ToolError::Idem(Error::OutcomeUnknown {
-            held: true,
-            retry_after_ms: None,
-            ..
-        }))
-    )
 }
 
 // pins U1, U2, U7: a worker killed after its effect leaves a claim that, once its lease

@@ -22,7 +22,7 @@ use idem_runtime::{
 
 use idem_runtime::Timestamp;
 
-use crate::support::{Harness, Intercept, Intercepted};
+use crate::support::{awaiting, events, is_held, Harness, Intercept, Intercepted};
 
 const LEASE_MS: u64 = 1_000;
 const VALID_MS: u64 = 60_000;
@@ -112,23 +112,8 @@ fn key_of(spec: &'static ToolSpec, ctx: &CallContext, order: u64) -> idem_runtim
     .clone()
 }
 
-fn awaiting(answer: &Result<u64, ToolError>, expired: bool) -> bool {
-    matches!(answer, Err(ToolError::Idem(Error::AwaitingApproval { expired: e, .. })) if *e == expired)
-}
-
-fn is_held(answer: &Result<u64, ToolError>) -> bool {
-    matches!(
-        answer,
-        Err(ToolError::Idem(Error::OutcomeUnknown { held: true, .. }))
-    )
-}
-
 fn ana() -> Approval {
     Approval::new("ana").unwrap().note("checked")
-}
-
-fn events(history: &idem_runtime::store::History) -> Vec<HistoryEvent> {
-    history.entries.iter().map(|e| e.event.clone()).collect()
 }
 
 async fn state_of(h: &Harness, key: &idem_runtime::IdempotencyKey) -> Option<RecordState> {

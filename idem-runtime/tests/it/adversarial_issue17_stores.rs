@@ -31,7 +31,7 @@ use idem_runtime::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::support::{Intercept, Intercepted};
+use crate::support::{awaiting, is_held, Intercept, Intercepted};
 
 const LEASE_MS: u64 = 1_000;
 const VALID_MS: u64 = 60_000;
@@ -324,17 +324,6 @@ fn key_of(spec: &'static ToolSpec, order: u64) -> IdempotencyKey {
     .unwrap()
     .key()
     .clone()
-}
-
-fn awaiting(answer: &Result<u64, ToolError>, expired: bool) -> bool {
-    matches!(answer, Err(ToolError::Idem(Error::AwaitingApproval { expired: e, .. })) if *e == expired)
-}
-
-fn is_held(answer: &Result<u64, ToolError>) -> bool {
-    matches!(
-        answer,
-        Err(ToolError::Idem(Error::OutcomeUnknown { held: true, .. }))
-    )
 }
 
 fn is_denied(answer: &Result<u64, ToolError>) -> bool {

@@ -260,3 +260,25 @@ pub fn unknown_entry() -> idem_runtime::store::HistoryEntry {
         cause: idem_runtime::store::UnknownReason::Error,
     })
 }
+
+/// Whether a call answered `AwaitingApproval` with `expired` as given (A2, A4).
+pub fn awaiting<T>(answer: &Result<T, ToolError>, expired: bool) -> bool {
+    matches!(answer, Err(ToolError::Idem(idem_runtime::Error::AwaitingApproval { expired: e, .. })) if *e == expired)
+}
+
+/// Whether a call answered `OutcomeUnknown` held for a person: `held`, no retry-after (U2).
+pub fn is_held<T>(answer: &Result<T, ToolError>) -> bool {
+    matches!(
+        answer,
+        Err(ToolError::Idem(idem_runtime::Error::OutcomeUnknown {
+            held: true,
+            retry_after_ms: None,
+            ..
+        }))
+    )
+}
+
+/// The events of a history, oldest first (U7).
+pub fn events(history: &idem_runtime::store::History) -> Vec<idem_runtime::store::HistoryEvent> {
+    history.entries.iter().map(|e| e.event.clone()).collect()
+}
