@@ -122,6 +122,24 @@ pub enum Command {
     ///
     /// Example: `idem deny KEY --expect-fence 1 --note "over the refund limit"`.
     Deny(DenyArgs),
+    /// Make any MCP server's tools idempotent: run the server COMMAND as a child on stdio
+    /// and speak MCP to the client on this process's stdin and stdout, forwarding every
+    /// message unchanged except `tools/call` of keyed tools, which go through idem: a retry
+    /// replays the saved result (`_meta["idem/status"]: "replayed"`) instead of running the
+    /// tool again.
+    ///
+    /// Keyed: every tool the server does not annotate `readOnlyHint: true`, unless --config
+    /// says otherwise. Scope: the client's `_meta.idempotencyKey`, else the conversation in
+    /// `_meta.conversationId` (a call with neither gets a tool error saying what to send).
+    /// The store is created and migrated if needed (unlike the other commands); without
+    /// --store or IDEM_STORE outcomes live in memory for the proxy's lifetime. Logs go to
+    /// stderr (IDEM_LOG sets the filter, default `info`). Exit 0 when the client closes its
+    /// input, 1 when the server cannot be kept running, 2 for a configuration the server
+    /// contradicts (a tool it does not list, a key member its schema lacks).
+    ///
+    /// Example: `idem mcp-proxy --store sqlite:proxy.db --config idem.toml -- python
+    /// payments_server.py`.
+    McpProxy(McpProxyArgs),
 }
 
 /// A tool call named by what a person knows about it.
@@ -414,6 +432,21 @@ pub struct ApproveArgs {
     /// tool's own validity (`require_approval = "…"`) caps it: the call applies the shorter.
     #[arg(long, value_name = "DURATION", default_value = "1h")]
     pub valid_for: humantime::Duration,
+}
+
+/// `idem mcp-proxy`.
+#[derive(Debug, Args)]
+pub struct McpProxyArgs {
+    /// The configuration (TOML): which tools are keyed, scope, key members, TTL, lease,
+    /// policies, per tool (docs/guide/mcp-proxy.md).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
+    /// Write log lines to stderr as JSON objects.
+    #[arg(long)]
+    pub json: bool,
+    /// The MCP server to run, after `--`: `-- python server.py`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<std::ffi::OsString>,
 }
 
 /// `idem deny`.

@@ -5,6 +5,7 @@ mod cli;
 mod commands;
 mod exit;
 mod output;
+mod proxy;
 mod secrets;
 
 use std::io::Write;
@@ -30,6 +31,15 @@ fn main() -> ExitCode {
         Ok(parsed) => parsed,
         Err(error) => return usage_error(&error, &secrets),
     };
+    if let cli::Command::McpProxy(args) = &cli.command {
+        return proxy::main(proxy::Options {
+            store: cli.store.as_deref(),
+            namespace: cli.namespace.as_deref(),
+            config: args.config.as_deref(),
+            json_logs: args.json,
+            command: args.command.clone(),
+        });
+    }
     let origins = Origins {
         store: match matches.value_source("store") {
             Some(ValueSource::EnvVariable) => "IDEM_STORE",

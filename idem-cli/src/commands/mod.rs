@@ -84,6 +84,9 @@ async fn execute(engine: &Engine, command: &Command) -> Result<Report, CliError>
         Command::Resolve(args) => resolve::run(engine, args).await,
         Command::Approve(args) => approval::approve(engine, args).await,
         Command::Deny(args) => approval::deny(engine, args).await,
+        Command::McpProxy(_) => Err(CliError::Usage(
+            "mcp-proxy runs on its own runtime, not as an inspection command".to_owned(),
+        )),
     }
 }
 

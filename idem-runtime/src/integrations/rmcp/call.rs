@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use ::rmcp::handler::server::common::FromContextPart;
 use ::rmcp::handler::server::tool::{IntoCallToolResult, ToolCallContext};
-use ::rmcp::model::{CallToolResponse, JsonObject, RequestMetaObject};
+use ::rmcp::model::{CallToolResponse, CallToolResult, JsonObject, RequestMetaObject};
 use ::rmcp::service::RequestContext;
 use ::rmcp::{ErrorData, RoleServer};
 use serde_json::Value;
@@ -136,6 +136,24 @@ impl McpCall {
         }
     }
 
+    /// The call `tool(arguments)` with request `_meta` `meta` and `settings`, as a proxy
+    /// received it (no session: stdio has none).
+    pub(crate) fn from_parts(
+        tool: Cow<'static, str>,
+        arguments: Option<JsonObject>,
+        meta: RequestMetaObject,
+        settings: CallSettings,
+    ) -> Self {
+        McpCall {
+            tool,
+            arguments,
+            meta,
+            session: None,
+            settings,
+            keyed_by_server: false,
+        }
+    }
+
     /// Adds the members of a params-level `_meta` that the request context's `_meta` does not
     /// have (rmcp moves a request's `_meta` into the context; a handler called directly may
     /// still carry it in its params).
@@ -196,25 +214,9 @@ impl McpCall {
             // The IdempotentServer around this handler keys the call already (M9).
             return body.await.into_call_tool_result();
         }
-        if let Err(message) = arguments.check_names(spec.name) {
-            return Ok(bad_configuration(message).into());
-        }
-        let mut refused = Refused {
-            conversation_meta_key: &self.settings.conversation_meta_key,
-            client_key: false,
-        };
-        let (context, client_key) = match self.call_context(spec) {
-            Ok(found) => found,
-            Err(problem) => return Ok(bad_meta(problem.message()).into()),
-        };
-        refused.client_key = client_key.is_some();
-        let keyed = match client_key {
-            Some(client_key) => self.prepare_with_client_key(spec, arguments, context, client_key),
-            None => self.prepare(spec, arguments, context),
-        };
-        let (prepared, context) = match keyed {
+        let (prepared, context, refused) = match self.keyed(spec, arguments) {
             Ok(keyed) => keyed,
-            Err(error) => return Ok(layer_error(&error, None, refused).into()),
+            Err(refusal) => return Ok(refusal.into()),
         };
         let key = prepared.key().clone();
         // rmcp runs a sync tool inline in its handler's future, which then never returns
@@ -238,6 +240,37 @@ impl McpCall {
                 Ok(with_status(result, status_name(CallStatus::Executed), &key).into())
             }
             Err(McpFailure::NotFinal(response)) => Ok(response),
+        }
+    }
+
+    /// Keys the call (M2–M4) and prepares it under the call protocol: the prepared call, the
+    /// context it was keyed in, and what a layer error's text says about it. `Err` is the
+    /// tool error that refuses the call before anything is claimed (a misconfigured
+    /// selection, an unusable `_meta` member, a missing scope, bad arguments, no engine).
+    pub(crate) fn keyed(
+        &self,
+        spec: &'static ToolSpec,
+        arguments: ArgumentSelection,
+    ) -> Result<(PreparedCall, CallContext, Refused<'_>), CallToolResult> {
+        if let Err(message) = arguments.check_names(spec.name) {
+            return Err(bad_configuration(message));
+        }
+        let mut refused = Refused {
+            conversation_meta_key: &self.settings.conversation_meta_key,
+            client_key: false,
+        };
+        let (context, client_key) = match self.call_context(spec) {
+            Ok(found) => found,
+            Err(problem) => return Err(bad_meta(problem.message())),
+        };
+        refused.client_key = client_key.is_some();
+        let keyed = match client_key {
+            Some(client_key) => self.prepare_with_client_key(spec, arguments, context, client_key),
+            None => self.prepare(spec, arguments, context),
+        };
+        match keyed {
+            Ok((prepared, context)) => Ok((prepared, context, refused)),
+            Err(error) => Err(layer_error(&error, None, refused)),
         }
     }
 

@@ -146,6 +146,7 @@
 //! ```
 
 mod call;
+mod forwarded;
 mod handler;
 mod intern;
 mod marker;
@@ -157,6 +158,7 @@ mod server;
 mod settings;
 
 pub use call::{ArgumentSelection, McpCall};
+pub use forwarded::{ForwardedCall, ServerAnswer};
 
 /// What an rmcp tool method marked `#[idempotent]` returns once the attribute rewrote it:
 /// rmcp's own result of a tool call (a tool error is `Ok` with `isError: true`; `Err` is a
@@ -166,5 +168,5 @@ pub type ToolResult = Result<::rmcp::model::CallToolResponse, ::rmcp::ErrorData>
 pub use intern::interned_tool_specs;
 pub use marker::tool_meta;
 pub use results::{outcome_unknown_error, retryable_error};
-pub use server::{IdempotentServer, IdempotentServerBuilder};
+pub use server::{capability, IdempotentServer, IdempotentServerBuilder};
 pub use settings::ServerConfigError;

@@ -13,39 +13,42 @@ use super::results::has_marker;
 use crate::error::Error;
 use crate::outcome::IdempotentError;
 
-/// The error side of an MCP call's outcome. Only [`McpFailure::Idem`] is ever serialized
-/// (the trait needs it); no variant is ever saved: every one is a layer error, released, or
-/// marked outcome unknown (S4, U1).
+/// The error side of an MCP call's outcome: for an rmcp handler's call (the defaults) and for
+/// a call forwarded to another server as JSON (`R` and `N` a result object, `P` a JSON-RPC
+/// error object, Y3). Only [`McpFailure::Idem`] is ever serialized (the trait needs it); no
+/// variant is ever saved: every one is a layer error, released, or marked outcome unknown
+/// (S4, U1).
 #[derive(Debug, Serialize, Deserialize)]
-pub(crate) enum McpFailure {
+#[serde(bound = "")]
+pub(crate) enum McpFailure<R = CallToolResult, N = CallToolResponse, P = ErrorData> {
     /// The idempotency layer's own error (never saved, S4).
     Idem(Error),
     /// A JSON-RPC error from the body (`Err(ErrorData)`): by rmcp's convention the request
     /// was not served (unroutable, or the server cannot serve now), so the claim is released
     /// and the next call runs the tool again (M7).
     #[serde(skip)]
-    Protocol(ErrorData),
+    Protocol(P),
     /// An error result the body marked `"idem/retryable": true`: the effect did not happen;
     /// released (M8).
     #[serde(skip)]
-    Retryable(CallToolResult),
+    Retryable(R),
     /// An error result the body marked `"idem/outcomeUnknown": true`: held as outcome
     /// unknown (M8, U1).
     #[serde(skip)]
-    OutcomeUnknown(CallToolResult),
+    OutcomeUnknown(R),
     /// An `InputRequired` or `Task` response: not a final outcome; released, handed back
     /// unchanged (M7).
     #[serde(skip)]
-    NotFinal(CallToolResponse),
+    NotFinal(N),
 }
 
-impl From<Error> for McpFailure {
+impl<R, N, P> From<Error> for McpFailure<R, N, P> {
     fn from(error: Error) -> Self {
         McpFailure::Idem(error)
     }
 }
 
-impl IdempotentError for McpFailure {
+impl<R, N, P> IdempotentError for McpFailure<R, N, P> {
     fn idem_error(&self) -> Option<&Error> {
         match self {
             McpFailure::Idem(error) => Some(error),

@@ -192,23 +192,42 @@ impl<H: ServerHandler> IdempotentServer<H> {
 
     /// Adds `experimental.idempotency` to `capabilities` (M10).
     pub(super) fn advertise(&self, capabilities: &mut ServerCapabilities) {
-        let mut idempotency = Map::new();
-        idempotency.insert("idempotencyKeyMeta".into(), json!(IDEMPOTENCY_KEY));
-        idempotency.insert(
-            "maxIdempotencyKeyLength".into(),
-            json!(MAX_CLIENT_KEY_CHARS),
-        );
-        idempotency.insert(
-            "conversationIdMeta".into(),
-            Value::from(&*self.settings.conversation_meta_key),
-        );
-        idempotency.insert("toolCallIdMeta".into(), json!(TOOL_CALL_ID));
-        idempotency.insert("resultStatusMeta".into(), json!(STATUS));
         capabilities
             .experimental
             .get_or_insert_with(Default::default)
-            .insert(CAPABILITY.to_owned(), idempotency);
+            .insert(
+                CAPABILITY.to_owned(),
+                capability(&self.settings.conversation_meta_key),
+            );
     }
+}
+
+/// The value idem advertises as `capabilities.experimental.idempotency` (M10, Y1): the
+/// `_meta` members it reads (`idempotencyKeyMeta`, `conversationIdMeta` — the member
+/// `conversation_meta_key` names — and `toolCallIdMeta`), the longest client key it accepts
+/// (`maxIdempotencyKeyLength`, in characters) and the result `_meta` member of the replay
+/// marker (`resultStatusMeta`).
+///
+/// ```
+/// # extern crate idem_runtime as idem_agent;
+/// let advertised = idem_agent::integrations::rmcp::capability("threadId");
+/// assert_eq!(advertised["conversationIdMeta"], "threadId");
+/// assert_eq!(advertised["maxIdempotencyKeyLength"], 255);
+/// ```
+pub fn capability(conversation_meta_key: &str) -> Map<String, Value> {
+    let mut idempotency = Map::new();
+    idempotency.insert("idempotencyKeyMeta".into(), json!(IDEMPOTENCY_KEY));
+    idempotency.insert(
+        "maxIdempotencyKeyLength".into(),
+        json!(MAX_CLIENT_KEY_CHARS),
+    );
+    idempotency.insert(
+        "conversationIdMeta".into(),
+        Value::from(conversation_meta_key),
+    );
+    idempotency.insert("toolCallIdMeta".into(), json!(TOOL_CALL_ID));
+    idempotency.insert("resultStatusMeta".into(), json!(STATUS));
+    idempotency
 }
 
 /// Builds an [`IdempotentServer`]; from [`IdempotentServer::builder`]. Spans are applied in

@@ -1,0 +1,174 @@
+//! `idem mcp-proxy`: idem in front of any MCP server, without changing it (contract Y).
+//!
+//! The server runs as a child process on stdio; the client speaks MCP to the proxy's own
+//! stdin and stdout. Every message passes through [`router::Router`], which translates
+//! request ids and hands `tools/call` requests to [`keyed`]; [`child`] keeps the server's
+//! process running. Nothing but protocol messages is written to stdout; logs go to stderr.
+
+mod child;
+pub mod config;
+mod jsonrpc;
+mod keyed;
+mod router;
+mod tools;
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_runtime::store::StoreLocator;
+use idem_runtime::Engine;
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+
+use self::config::Config;
+use self::router::Router;
+
+/// What `idem mcp-proxy` was asked to do.
+#[derive(Debug)]
+pub struct Options<'a> {
+    /// The store locator (`--store`, `IDEM_STORE`); `None`: an in-memory store.
+    pub store: Option<&'a str>,
+    /// The namespace keys are derived in.
+    pub namespace: Option<&'a str>,
+    /// The configuration file.
+    pub config: Option<&'a Path>,
+    /// Log lines as JSON.
+    pub json_logs: bool,
+    /// The server's command and arguments.
+    pub command: Vec<OsString>,
+}
+
+/// Runs the proxy until the client closes its input (exit 0), the configuration is refused
+/// (exit 2), or the server cannot be kept running (exit 1).
+pub fn main(options: Options<'_>) -> ExitCode {
+    init_logs(options.json_logs);
+    let config = match options.config.map(Config::load).transpose() {
+        Ok(config) => config.unwrap_or_else(Config::defaults),
+        Err(error) => return refuse(&error.0),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => return refuse(&format!("cannot start the async runtime: {error}")),
+    };
+    let code = runtime.block_on(async move {
+        let engine = match open(options.store, options.namespace) {
+            Ok(engine) => engine,
+            Err(message) => return Err(message),
+        };
+        Ok(serve(config, engine, options.command).await)
+    });
+    // Tasks still blocked on stdin would keep the runtime alive.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    match code {
+        Ok(code) => ExitCode::from(code),
+        Err(message) => refuse(&message),
+    }
+}
+
+fn refuse(message: &str) -> ExitCode {
+    eprintln!("idem mcp-proxy: {message}");
+    ExitCode::from(2)
+}
+
+fn init_logs(json: bool) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("IDEM_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false);
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
+/// The engine over the store (created and migrated as the runtime does, Y9).
+fn open(store: Option<&str>, namespace: Option<&str>) -> Result<Engine, String> {
+    let locator = match store {
+        Some(text) => StoreLocator::parse(text).map_err(|e| format!("--store: {e}"))?,
+        None => {
+            tracing::warn!("no --store (nor IDEM_STORE): outcomes are kept in memory and forgotten when the proxy exits");
+            StoreLocator::Memory
+        }
+    };
+    let shown = locator.to_string();
+    let store = locator
+        .open()
+        .map_err(|e| format!("the store {shown} cannot be opened: {e}"))?;
+    let mut builder = Engine::builder().shared_store(store);
+    if let Some(namespace) = namespace {
+        builder = builder.namespace(namespace);
+    }
+    let engine = builder.build().map_err(|e| format!("--namespace: {e}"))?;
+    tracing::info!(store = %shown, "idem mcp-proxy keeps outcomes in {shown}");
+    Ok(engine)
+}
+
+/// Proxies until the client's input ends or the proxy must stop; the exit status.
+async fn serve(config: Config, engine: Engine, command: Vec<OsString>) -> u8 {
+    let (to_client, from_router) = mpsc::unbounded_channel::<Value>();
+    let (to_server, outgoing) = mpsc::unbounded_channel();
+    let router = Arc::new(Router::new(config, engine, to_client, to_server));
+    let writer = tokio::spawn(write_client(from_router));
+    let (shutdown, shutdown_seen) = tokio::sync::watch::channel(false);
+    let supervisor = tokio::spawn(child::supervise(
+        Arc::clone(&router),
+        command,
+        outgoing,
+        shutdown_seen,
+    ));
+    let mut fatal = router.fatal();
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    let code = loop {
+        tokio::select! {
+            line = lines.next_line() => match line {
+                Ok(Some(line)) => router.from_client(&line),
+                Ok(None) | Err(_) => break 0,
+            },
+            _ = fatal.wait_for(Option::is_some) => break 1,
+        }
+    };
+    let code = match router.fatal().borrow().as_ref() {
+        Some((_, fatal_code)) => *fatal_code,
+        None => code,
+    };
+    if code == 0 {
+        // The client is gone: the keyed calls in progress still save their outcomes.
+        let deadline = tokio::time::Instant::now() + router.config.cancel_wait;
+        while router.keyed_in_progress() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    shutdown.send_replace(true);
+    let _ = supervisor.await;
+    router.send_client(Value::Null);
+    let _ = writer.await;
+    code
+}
+
+/// Writes each message to stdout as one line, until the `null` that ends the proxy.
+async fn write_client(mut messages: mpsc::UnboundedReceiver<Value>) {
+    let mut stdout = tokio::io::stdout();
+    while let Some(message) = messages.recv().await {
+        if message.is_null() {
+            break;
+        }
+        let Ok(mut line) = serde_json::to_vec(&message) else {
+            continue;
+        };
+        line.push(b'\n');
+        if stdout.write_all(&line).await.is_err() || stdout.flush().await.is_err() {
+            break;
+        }
+    }
+}

@@ -1,0 +1,697 @@
+//! The proxy's switchboard: every message from the client or the server goes through here,
+//! with its id translated, to the other side; `tools/call` requests go to [`super::keyed`]
+//! (contract Y1, Y2, Y5, Y6, Y8).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use idem_runtime::integrations::rmcp::capability;
+use idem_runtime::Engine;
+use serde_json::{Map, Value};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::config::Config;
+use super::jsonrpc::{self, error_response, id_text, Message, INTERNAL_ERROR};
+use super::tools::ToolTable;
+
+/// How long the proxy waits for the server to answer one of its own requests (a page of
+/// its tool listing, its re-initialisation).
+pub const OWN_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The prefix of the `_meta` members that carry a request's protocol version and client
+/// description in MCP's discovery era (2026-07-28): copied onto the proxy's own requests.
+const PROTOCOL_META_PREFIX: &str = "io.modelcontextprotocol/";
+
+/// A message for the server, and the proxy id of the request it is, if it is one.
+#[derive(Debug)]
+pub struct Outgoing {
+    /// The proxy's id of the request (its `id` member), `None` for notifications and
+    /// responses.
+    pub proxy_id: Option<u64>,
+    /// The message.
+    pub message: Value,
+}
+
+/// What a request the proxy sent the server came to.
+#[derive(Debug)]
+pub enum Reply {
+    /// The server's response (the whole message).
+    Answer(Map<String, Value>),
+    /// It was written to the server, which exited before answering: why.
+    Lost(String),
+    /// It never reached the server: why.
+    NotDelivered(String),
+}
+
+/// Who waits for a request sent to the server.
+#[derive(Debug)]
+enum Waiter {
+    /// The client, whose request had `id`: the answer goes to it with that id.
+    Client { id: Value, method: String },
+    /// A task of the proxy (a keyed call, the tool listing, the re-initialisation).
+    Task(oneshot::Sender<Reply>),
+}
+
+#[derive(Debug)]
+struct Pending {
+    /// The generation of the server process it was written to; `None` while queued.
+    written: Option<u64>,
+    waiter: Waiter,
+}
+
+/// A keyed call in progress, by the client's request id (Y7).
+#[derive(Debug)]
+struct KeyedEntry {
+    cancelled: watch::Sender<bool>,
+    /// The proxy id of its request to the server, once forwarded.
+    proxy_id: Option<u64>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    next_id: u64,
+    generation: u64,
+    to_server: HashMap<u64, Pending>,
+    /// The client's id (as text) of each client request in flight to the server.
+    client_ids: HashMap<String, u64>,
+    /// Requests the server sent the client: proxy id → (generation, the server's id).
+    to_client: HashMap<u64, (u64, Value)>,
+    /// The same, by (generation, the server's id as text): for the server's cancellations.
+    server_ids: HashMap<(u64, String), u64>,
+    keyed: HashMap<String, KeyedEntry>,
+    /// The params of the client's `initialize`, for re-initialising a restarted server.
+    initialize: Option<Value>,
+    /// The client sent `notifications/initialized`.
+    initialized: bool,
+    /// The protocol `_meta` members of the client's latest request.
+    protocol_meta: Map<String, Value>,
+    probing: bool,
+    /// The client's `initialize` was answered with a result since the last restart.
+    initialize_answered: bool,
+}
+
+/// The switchboard, shared by the tasks that read the client, read the server, supervise the
+/// server's process and run keyed calls.
+#[derive(Debug)]
+pub struct Router {
+    pub(super) config: Config,
+    pub(super) engine: Engine,
+    to_client: mpsc::UnboundedSender<Value>,
+    to_server: mpsc::UnboundedSender<Outgoing>,
+    state: Mutex<State>,
+    tools: watch::Sender<Option<Arc<ToolTable>>>,
+    /// Set once: why the proxy must stop (a configuration the server contradicts, the
+    /// server's restarts run out), and its exit status.
+    fatal: watch::Sender<Option<(String, u8)>>,
+}
+
+impl Router {
+    /// A router that writes to the client through `to_client` and to the server through
+    /// `to_server`.
+    pub fn new(
+        config: Config,
+        engine: Engine,
+        to_client: mpsc::UnboundedSender<Value>,
+        to_server: mpsc::UnboundedSender<Outgoing>,
+    ) -> Self {
+        Router {
+            config,
+            engine,
+            to_client,
+            to_server,
+            state: Mutex::default(),
+            tools: watch::channel(None).0,
+            fatal: watch::channel(None).0,
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sends `message` to the client. A client that is gone is not an error: the proxy
+    /// winds down when its input ends.
+    pub fn send_client(&self, message: Value) {
+        let _ = self.to_client.send(message);
+    }
+
+    fn send_server(&self, proxy_id: Option<u64>, message: Value) {
+        if let Err(mpsc::error::SendError(unsent)) =
+            self.to_server.send(Outgoing { proxy_id, message })
+        {
+            if let Some(id) = unsent.proxy_id {
+                self.not_delivered(id, "the proxy is shutting down");
+            }
+        }
+    }
+
+    /// Why the proxy must stop, once it must.
+    pub fn fatal(&self) -> watch::Receiver<Option<(String, u8)>> {
+        self.fatal.subscribe()
+    }
+
+    /// Stops the proxy with `message` and exit status `code` (Y4, Y6): every request still
+    /// waiting gets an error saying why.
+    pub fn stop(&self, message: String, code: u8) {
+        tracing::error!("{message}");
+        let (clients, tasks, keyed) = {
+            let mut state = self.state();
+            let pending: Vec<Pending> = state.to_server.drain().map(|(_, p)| p).collect();
+            let keyed: Vec<String> = state.keyed.drain().map(|(id, _)| id).collect();
+            let (clients, tasks): (Vec<_>, Vec<_>) = pending
+                .into_iter()
+                .partition(|p| matches!(p.waiter, Waiter::Client { .. }));
+            (clients, tasks, keyed)
+        };
+        for pending in clients {
+            if let Waiter::Client { id, .. } = pending.waiter {
+                self.send_client(error_response(id, INTERNAL_ERROR, message.clone()));
+            }
+        }
+        drop(tasks); // their tasks see the channel closed
+        for id in keyed {
+            if let Ok(id) = serde_json::from_str::<Value>(&id) {
+                self.send_client(error_response(id, INTERNAL_ERROR, message.clone()));
+            }
+        }
+        self.fatal.send_replace(Some((message, code)));
+    }
+
+    // ---- from the client ----
+
+    /// One line from the client (Y1, Y5, Y8).
+    pub fn from_client(self: &Arc<Self>, line: &str) {
+        if line.trim().is_empty() {
+            return;
+        }
+        let message = match jsonrpc::parse(line) {
+            Ok(message) => message,
+            Err(bad) => {
+                tracing::warn!(
+                    code = bad.code,
+                    "malformed message from the client: {}",
+                    bad.why
+                );
+                self.send_client(error_response(bad.id, bad.code, bad.why));
+                return;
+            }
+        };
+        match message {
+            Message::Request { id, method, body } => {
+                self.remember_protocol_meta(&body);
+                if method == "tools/call" {
+                    let router = Arc::clone(self);
+                    tokio::spawn(super::keyed::serve(router, id, body));
+                } else {
+                    if method == "initialize" {
+                        self.state().initialize = body.get("params").cloned();
+                    }
+                    self.forward_request(id, method, body);
+                }
+            }
+            Message::Notification { method, mut body } => match method.as_str() {
+                "notifications/cancelled" if !self.cancel_from_client(&mut body) => {}
+                "notifications/initialized" => {
+                    self.state().initialized = true;
+                    self.send_server(None, Value::Object(body));
+                    self.probe_tools();
+                }
+                _ => self.send_server(None, Value::Object(body)),
+            },
+            Message::Response { id, mut body } => {
+                // The client's answer to a request the server sent it, by the proxy's id.
+                let target = id.as_u64().and_then(|proxy_id| {
+                    let mut state = self.state();
+                    let (generation, server_id) = state.to_client.remove(&proxy_id)?;
+                    state.server_ids.remove(&(generation, id_text(&server_id)));
+                    (generation == state.generation).then_some(server_id)
+                });
+                match target {
+                    Some(server_id) => {
+                        body.insert("id".into(), server_id);
+                        self.send_server(None, Value::Object(body));
+                    }
+                    None => tracing::warn!(
+                        id = %id,
+                        "dropped the client's response to a request the server did not send or that died with its process"
+                    ),
+                }
+            }
+        }
+    }
+
+    fn remember_protocol_meta(&self, body: &Map<String, Value>) {
+        let Some(meta) = param(body, "_meta").and_then(Value::as_object) else {
+            return;
+        };
+        let protocol: Map<String, Value> = meta
+            .iter()
+            .filter(|(name, _)| name.starts_with(PROTOCOL_META_PREFIX))
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect();
+        if !protocol.is_empty() {
+            self.state().protocol_meta = protocol;
+        }
+    }
+
+    /// Forwards a client's request with the proxy's id, the answer to go back to `id`.
+    pub fn forward_request(&self, id: Value, method: String, mut body: Map<String, Value>) {
+        let proxy_id = {
+            let mut state = self.state();
+            let proxy_id = next_id(&mut state);
+            state.client_ids.insert(id_text(&id), proxy_id);
+            state.to_server.insert(
+                proxy_id,
+                Pending {
+                    written: None,
+                    waiter: Waiter::Client { id, method },
+                },
+            );
+            proxy_id
+        };
+        body.insert("id".into(), Value::from(proxy_id));
+        self.send_server(Some(proxy_id), Value::Object(body));
+    }
+
+    /// Sends the proxy's own request (`method`, `params`) to the server; the reply comes
+    /// through the returned receiver.
+    pub fn request(&self, method: &str, params: Option<Value>) -> oneshot::Receiver<Reply> {
+        let (proxy_id, receiver) = self.request_unsent(method);
+        let mut message = Map::new();
+        message.insert("jsonrpc".into(), Value::from("2.0"));
+        message.insert("id".into(), Value::from(proxy_id));
+        message.insert("method".into(), Value::from(method));
+        if let Some(params) = params {
+            message.insert("params".into(), params);
+        }
+        self.send_server(Some(proxy_id), Value::Object(message));
+        receiver
+    }
+
+    /// Registers a request of the proxy's own (`method`, for logs) that the caller writes
+    /// itself: its proxy id, and the receiver of its reply.
+    pub fn request_unsent(&self, method: &str) -> (u64, oneshot::Receiver<Reply>) {
+        let (sender, receiver) = oneshot::channel();
+        let mut state = self.state();
+        let proxy_id = next_id(&mut state);
+        tracing::debug!(proxy_id, method, "the proxy's own request");
+        state.to_server.insert(
+            proxy_id,
+            Pending {
+                written: None,
+                waiter: Waiter::Task(sender),
+            },
+        );
+        (proxy_id, receiver)
+    }
+
+    /// Sends a client's keyed `tools/call` (whose client id is `client_id`) to the server
+    /// with the proxy's own id (Y3, Y5).
+    pub fn forward_keyed(
+        &self,
+        client_id: &Value,
+        mut body: Map<String, Value>,
+    ) -> oneshot::Receiver<Reply> {
+        let (sender, receiver) = oneshot::channel();
+        let proxy_id = {
+            let mut state = self.state();
+            let proxy_id = next_id(&mut state);
+            state.to_server.insert(
+                proxy_id,
+                Pending {
+                    written: None,
+                    waiter: Waiter::Task(sender),
+                },
+            );
+            if let Some(entry) = state.keyed.get_mut(&id_text(client_id)) {
+                entry.proxy_id = Some(proxy_id);
+            }
+            proxy_id
+        };
+        body.insert("id".into(), Value::from(proxy_id));
+        self.send_server(Some(proxy_id), Value::Object(body));
+        receiver
+    }
+
+    /// Registers a keyed call of the client's request `client_id`; its cancellation flag.
+    pub fn keyed_started(&self, client_id: &Value) -> watch::Receiver<bool> {
+        let (cancelled, receiver) = watch::channel(false);
+        self.state().keyed.insert(
+            id_text(client_id),
+            KeyedEntry {
+                cancelled,
+                proxy_id: None,
+            },
+        );
+        receiver
+    }
+
+    /// The keyed call of `client_id` is over: forgets it and its request to the server.
+    pub fn keyed_finished(&self, client_id: &Value) {
+        let mut state = self.state();
+        if let Some(entry) = state.keyed.remove(&id_text(client_id)) {
+            if let Some(proxy_id) = entry.proxy_id {
+                state.to_server.remove(&proxy_id);
+            }
+        }
+    }
+
+    /// Whether the keyed call of `client_id` was forwarded to the server yet.
+    pub fn keyed_forwarded(&self, client_id: &Value) -> bool {
+        self.state()
+            .keyed
+            .get(&id_text(client_id))
+            .is_some_and(|entry| entry.proxy_id.is_some())
+    }
+
+    /// Translates a client's `notifications/cancelled` to the proxy's id; `false` when it
+    /// names no request in flight (then it is dropped: the id means nothing to the server).
+    /// A keyed call is flagged cancelled (Y7).
+    fn cancel_from_client(&self, body: &mut Map<String, Value>) -> bool {
+        let Some(request_id) = param(body, "requestId").cloned() else {
+            return false;
+        };
+        let text = id_text(&request_id);
+        let proxy_id = {
+            let state = self.state();
+            match state.keyed.get(&text) {
+                Some(entry) => {
+                    entry.cancelled.send_replace(true);
+                    entry.proxy_id
+                }
+                None => state.client_ids.get(&text).copied(),
+            }
+        };
+        match proxy_id {
+            Some(proxy_id) => {
+                if let Some(params) = body.get_mut("params").and_then(Value::as_object_mut) {
+                    params.insert("requestId".into(), Value::from(proxy_id));
+                }
+                true
+            }
+            None => {
+                tracing::debug!(request = %request_id, "cancellation of a request not sent to the server: not forwarded");
+                false
+            }
+        }
+    }
+
+    // ---- from the server ----
+
+    /// One line from the server process of `generation` (Y1, Y5, Y8).
+    pub fn from_server(self: &Arc<Self>, generation: u64, line: &str) {
+        if line.trim().is_empty() {
+            return;
+        }
+        let message = match jsonrpc::parse(line) {
+            Ok(message) => message,
+            Err(bad) => {
+                tracing::warn!(
+                    code = bad.code,
+                    "malformed message from the server, dropped: {}",
+                    bad.why
+                );
+                return;
+            }
+        };
+        match message {
+            Message::Response { id, body } => self.answer_from_server(id, body),
+            Message::Request { id, body, .. } => {
+                let mut body = body;
+                let proxy_id = {
+                    let mut state = self.state();
+                    let proxy_id = next_id(&mut state);
+                    state
+                        .server_ids
+                        .insert((generation, id_text(&id)), proxy_id);
+                    state.to_client.insert(proxy_id, (generation, id));
+                    proxy_id
+                };
+                body.insert("id".into(), Value::from(proxy_id));
+                self.send_client(Value::Object(body));
+            }
+            Message::Notification { method, mut body } => {
+                if method == "notifications/cancelled" {
+                    let request_id = param(&body, "requestId").cloned();
+                    let proxy_id = request_id.and_then(|id| {
+                        self.state()
+                            .server_ids
+                            .get(&(generation, id_text(&id)))
+                            .copied()
+                    });
+                    match (
+                        proxy_id,
+                        body.get_mut("params").and_then(Value::as_object_mut),
+                    ) {
+                        (Some(proxy_id), Some(params)) => {
+                            params.insert("requestId".into(), Value::from(proxy_id));
+                        }
+                        _ => return,
+                    }
+                }
+                self.send_client(Value::Object(body));
+                if method == "notifications/tools/list_changed" {
+                    self.tools.send_replace(None);
+                    self.probe_tools();
+                }
+            }
+        }
+    }
+
+    fn answer_from_server(&self, id: Value, mut body: Map<String, Value>) {
+        let pending = id.as_u64().and_then(|proxy_id| {
+            let mut state = self.state();
+            let pending = state.to_server.remove(&proxy_id)?;
+            if let Waiter::Client { id, method } = &pending.waiter {
+                state.client_ids.remove(&id_text(id));
+                if method == "initialize" && body.contains_key("result") {
+                    state.initialize_answered = true;
+                }
+            }
+            Some(pending)
+        });
+        match pending.map(|p| p.waiter) {
+            Some(Waiter::Client { id, method }) => {
+                if matches!(method.as_str(), "initialize" | "server/discover") {
+                    self.advertise(&mut body);
+                }
+                body.insert("id".into(), id);
+                self.send_client(Value::Object(body));
+            }
+            Some(Waiter::Task(sender)) => {
+                let _ = sender.send(Reply::Answer(body));
+            }
+            None => {
+                tracing::warn!(id = %id, "dropped a response from the server to no request in flight")
+            }
+        }
+    }
+
+    /// Adds `capabilities.experimental.idempotency` to an `initialize` (or discovery)
+    /// result (Y1, M10).
+    fn advertise(&self, body: &mut Map<String, Value>) {
+        let Some(Value::Object(result)) = body.get_mut("result") else {
+            return;
+        };
+        let Some(Value::Object(capabilities)) = result.get_mut("capabilities") else {
+            return;
+        };
+        let experimental = capabilities
+            .entry("experimental")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(experimental) = experimental {
+            experimental.insert(
+                "idempotency".into(),
+                Value::Object(capability(&self.config.conversation_meta)),
+            );
+        }
+    }
+
+    // ---- the server's process (Y6) ----
+
+    /// A new server process, `generation`, replaces the last.
+    pub fn server_started(&self, generation: u64) {
+        let mut state = self.state();
+        state.generation = generation;
+        state.initialize_answered = false;
+    }
+
+    /// The request with `proxy_id` was written to the server of `generation`.
+    pub fn written(&self, proxy_id: u64, generation: u64) {
+        if let Some(pending) = self.state().to_server.get_mut(&proxy_id) {
+            pending.written = Some(generation);
+        }
+    }
+
+    /// The request with `proxy_id` could not be written: its waiter gets an error.
+    pub fn not_delivered(&self, proxy_id: u64, why: &str) {
+        let pending = self.state().to_server.remove(&proxy_id);
+        match pending.map(|p| p.waiter) {
+            Some(Waiter::Client { id, .. }) => {
+                self.state().client_ids.remove(&id_text(&id));
+                self.send_client(error_response(
+                    id,
+                    INTERNAL_ERROR,
+                    format!("the MCP server did not get the request: {why}"),
+                ));
+            }
+            Some(Waiter::Task(sender)) => {
+                let _ = sender.send(Reply::NotDelivered(why.to_owned()));
+            }
+            None => {}
+        }
+    }
+
+    /// The server process of `generation` exited (`why`): every request written to it gets
+    /// an error, keyed calls an unknown outcome (Y6); its requests to the client are
+    /// forgotten.
+    pub fn server_exited(&self, generation: u64, why: &str) {
+        let lost: Vec<Pending> = {
+            let mut state = self.state();
+            let ids: Vec<u64> = state
+                .to_server
+                .iter()
+                .filter(|(_, p)| p.written == Some(generation))
+                .map(|(id, _)| *id)
+                .collect();
+            let lost = ids
+                .iter()
+                .filter_map(|id| state.to_server.remove(id))
+                .collect();
+            state.to_client.retain(|_, (g, _)| *g != generation);
+            state.server_ids.retain(|(g, _), _| *g != generation);
+            lost
+        };
+        for pending in lost {
+            match pending.waiter {
+                Waiter::Client { id, method } => {
+                    self.state().client_ids.remove(&id_text(&id));
+                    self.send_client(error_response(
+                        id,
+                        INTERNAL_ERROR,
+                        format!("{why} before answering `{method}`; idem restarts it: retry"),
+                    ));
+                }
+                Waiter::Task(sender) => {
+                    let _ = sender.send(Reply::Lost(why.to_owned()));
+                }
+            }
+        }
+    }
+
+    /// The client's `initialize` params, when the client initialised through it.
+    pub fn initialize_params(&self) -> Option<Value> {
+        self.state().initialize.clone()
+    }
+
+    /// Whether the client's `initialize` got a result from the current server process.
+    pub fn initialize_answered(&self) -> bool {
+        self.state().initialize_answered
+    }
+
+    /// Whether the client completed its initialisation (`notifications/initialized`).
+    pub fn client_initialized(&self) -> bool {
+        self.state().initialized
+    }
+
+    // ---- the tool listing (Y2, Y4) ----
+
+    /// The server's tools, listed (and checked against the configuration) if they are not
+    /// yet: waits for the listing.
+    pub async fn tool_table(self: &Arc<Self>) -> Option<Arc<ToolTable>> {
+        let mut tools = self.tools.subscribe();
+        if tools.borrow().is_none() {
+            self.probe_tools();
+        }
+        let mut fatal = self.fatal();
+        tokio::select! {
+            table = tools.wait_for(Option::is_some) => table.ok().and_then(|t| t.clone()),
+            _ = fatal.wait_for(Option::is_some) => None,
+        }
+    }
+
+    /// Starts listing the server's tools unless a listing is under way.
+    pub fn probe_tools(self: &Arc<Self>) {
+        {
+            let mut state = self.state();
+            if state.probing {
+                return;
+            }
+            state.probing = true;
+        }
+        let router = Arc::clone(self);
+        tokio::spawn(async move {
+            let table = router.list_tools().await;
+            router.state().probing = false;
+            match table.check(&router.config) {
+                Ok(()) => {
+                    router.tools.send_replace(Some(Arc::new(table)));
+                }
+                Err(problem) => router.stop(
+                    format!("the configuration does not fit the server: {problem}"),
+                    2,
+                ),
+            }
+        });
+    }
+
+    /// Every page of the server's `tools/list`, as the proxy's own requests (Y2, Y5). A
+    /// server that does not answer, or answers with an error, lists no tools.
+    async fn list_tools(&self) -> ToolTable {
+        let mut table = ToolTable::default();
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut params = Map::new();
+            if let Some(cursor) = &cursor {
+                params.insert("cursor".into(), Value::from(cursor.clone()));
+            }
+            let protocol = self.state().protocol_meta.clone();
+            if !protocol.is_empty() {
+                params.insert("_meta".into(), Value::Object(protocol));
+            }
+            let params = (!params.is_empty()).then_some(Value::Object(params));
+            let reply = self.request("tools/list", params);
+            let page = match tokio::time::timeout(OWN_REQUEST_TIMEOUT, reply).await {
+                Ok(Ok(Reply::Answer(body))) => match body.get("result") {
+                    Some(Value::Object(result)) => result.clone(),
+                    _ => {
+                        let answer = Value::Object(body).to_string();
+                        tracing::warn!(%answer, "the server's tools/list failed: no tool is known read-only");
+                        return table;
+                    }
+                },
+                Ok(Ok(Reply::Lost(why) | Reply::NotDelivered(why))) => {
+                    tracing::warn!("the server's tools/list got no answer: {why}");
+                    return table;
+                }
+                Ok(Err(_)) => return table,
+                Err(_) => {
+                    tracing::warn!(
+                        "the server did not answer tools/list within {OWN_REQUEST_TIMEOUT:?}"
+                    );
+                    return table;
+                }
+            };
+            match table.add_page(&page) {
+                Some(next) if cursor.as_deref() != Some(next.as_str()) => cursor = Some(next),
+                _ => return table,
+            }
+        }
+    }
+
+    /// Whether any keyed call is in progress (the proxy waits for them before it exits).
+    pub fn keyed_in_progress(&self) -> usize {
+        self.state().keyed.len()
+    }
+}
+
+/// The member `name` of a message's `params`.
+fn param<'m>(body: &'m Map<String, Value>, name: &str) -> Option<&'m Value> {
+    body.get("params").and_then(|params| params.get(name))
+}
+
+fn next_id(state: &mut State) -> u64 {
+    state.next_id += 1;
+    state.next_id
+}
