@@ -12,3 +12,5 @@ mod cli;
 mod common;
 mod decisions;
 mod held_after_crash;
+#[cfg(feature = "test-mcp-python")]
+mod mcp_python;
