@@ -1,0 +1,410 @@
+//! `idem mcp-proxy` driven with raw JSON-RPC lines in front of a scriptable server
+//! (`examples/fake_mcp_server.rs`, which `cargo test` builds): request ids in both
+//! directions, a server that crashes mid-call, malformed lines, cancellation, concurrent
+//! duplicates and a configuration the server contradicts (contract Y1–Y8).
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+/// The fake server, built by `cargo test` beside this test binary (target/…/examples/).
+fn fake_server() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile = exe.parent().unwrap().parent().unwrap();
+    let server = profile.join("examples/fake_mcp_server");
+    assert!(
+        server.exists(),
+        "{} is missing: `cargo test` builds it (cargo build -p idem-cli --examples)",
+        server.display()
+    );
+    server
+}
+
+/// A proxy in front of the fake server, and a client's view of it.
+struct Proxy {
+    child: Option<Child>,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<Value>,
+    /// Messages that arrived while waiting for another.
+    seen: Vec<Value>,
+    dir: tempfile::TempDir,
+}
+
+impl Proxy {
+    fn start(config: &str) -> Proxy {
+        let dir = tempfile::tempdir().unwrap();
+        let config_path = dir.path().join("idem.toml");
+        std::fs::write(&config_path, config).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_idem"))
+            .args(["mcp-proxy", "--store"])
+            .arg(format!("sqlite:{}", dir.path().join("proxy.db").display()))
+            .arg("--config")
+            .arg(&config_path)
+            .arg("--")
+            .arg(fake_server())
+            .env("FAKE_EFFECTS", dir.path().join("effects"))
+            .env("FAKE_LOG", dir.path().join("log"))
+            .env("IDEM_LOG", "warn")
+            .env_remove("IDEM_STORE")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (sender, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let value = serde_json::from_str(&line).unwrap_or_else(|e| {
+                    panic!("the proxy wrote a line that is not JSON ({e}): {line}")
+                });
+                if sender.send(value).is_err() {
+                    break;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        Proxy {
+            child: Some(child),
+            stdin,
+            lines,
+            seen: Vec::new(),
+            dir,
+        }
+    }
+
+    fn send_line(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn send(&mut self, message: Value) {
+        self.send_line(&message.to_string());
+    }
+
+    /// The next message that `matches`, within 10 s; the others are kept in `seen`.
+    fn wait_for(&mut self, what: &str, matches: impl Fn(&Value) -> bool) -> Value {
+        if let Some(at) = self.seen.iter().position(&matches) {
+            return self.seen.remove(at);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(message) if matches(&message) => return message,
+                Ok(message) => self.seen.push(message),
+                Err(RecvTimeoutError::Timeout) => {
+                    panic!("no {what} within 10 s; seen {:?}", self.seen)
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    panic!(
+                        "the proxy closed its output before {what}; seen {:?}",
+                        self.seen
+                    )
+                }
+            }
+        }
+    }
+
+    /// Whether a message that `matches` arrives within `within`.
+    fn arrives(&mut self, within: Duration, matches: impl Fn(&Value) -> bool) -> bool {
+        if self.seen.iter().any(&matches) {
+            return true;
+        }
+        let deadline = Instant::now() + within;
+        while let Ok(message) = self
+            .lines
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        {
+            if matches(&message) {
+                return true;
+            }
+            self.seen.push(message);
+        }
+        false
+    }
+
+    fn response(&mut self, id: Value) -> Value {
+        self.wait_for(&format!("response {id}"), |m| {
+            m.get("id") == Some(&id) && m.get("method").is_none()
+        })
+    }
+
+    fn request(&mut self, id: u64, method: &str, params: Value) -> Value {
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        self.response(json!(id))
+    }
+
+    fn call(&mut self, id: u64, tool: &str, arguments: Value) -> Value {
+        self.request(
+            id,
+            "tools/call",
+            json!({"name": tool, "arguments": arguments, "_meta": {"conversationId": "c1"}}),
+        )
+    }
+
+    /// initialize (id 0) and initialized; answers the server's roots/list.
+    fn initialize(&mut self) -> Value {
+        let init = self.request(
+            0,
+            "initialize",
+            json!({"protocolVersion": "2025-11-25", "capabilities": {"roots": {}},
+                   "clientInfo": {"name": "test", "version": "1"}}),
+        );
+        self.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        let roots = self.wait_for("roots/list", |m| m["method"] == "roots/list");
+        self.send(json!({"jsonrpc": "2.0", "id": roots["id"], "result": {"roots": [{"uri": "file:///r"}]}}));
+        init
+    }
+
+    fn file(&self, name: &str) -> Vec<String> {
+        std::fs::read_to_string(self.dir.path().join(name))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Closes the proxy's input and waits for it: its exit status and stderr.
+    fn finish(mut self) -> (i32, String) {
+        drop(self.stdin.take());
+        let output = self.child.take().unwrap().wait_with_output().unwrap();
+        (
+            output.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn text(result: &Value) -> &str {
+    result["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or("")
+}
+
+// pins Y1, Y5, M10: ids are translated both ways (the client's id 0 and the server's own
+// request id 0 never meet), the server gets the client's answer to its request, and the
+// initialize result advertises idempotency
+#[test]
+fn request_ids_are_kept_apart_in_both_directions() {
+    let mut proxy = Proxy::start("");
+    let init = proxy.initialize();
+    assert_eq!(init["id"], 0);
+    let advertised = &init["result"]["capabilities"]["experimental"]["idempotency"];
+    assert_eq!(advertised["conversationIdMeta"], "conversationId", "{init}");
+    assert_eq!(init["result"]["capabilities"]["tools"]["listChanged"], true);
+    let echoed = proxy.call(0, "echo_id", json!({}));
+    assert_eq!(echoed["id"], 0);
+    let server_saw: u64 = text(&echoed).parse().unwrap();
+    assert_ne!(
+        server_saw, 0,
+        "the server sees the proxy's id, not the client's"
+    );
+    let started = Instant::now();
+    while !proxy.file("log").iter().any(|l| l.starts_with("roots ")) {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            proxy.file("log")
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        proxy
+            .file("log")
+            .iter()
+            .find(|l| l.starts_with("roots "))
+            .unwrap(),
+        r#"roots {"roots":[{"uri":"file:///r"}]}"#
+    );
+    let (code, _) = proxy.finish();
+    assert_eq!(code, 0);
+}
+
+// pins Y6, U1, U2: a server that exits mid-call is restarted and re-initialised with the
+// client's initialize; the call whose answer was lost is an unknown outcome, held, and is
+// not run again; other calls go on
+#[test]
+fn a_server_that_exits_mid_call_is_restarted_and_its_call_is_held() {
+    let mut proxy = Proxy::start("");
+    proxy.initialize();
+    let lost = proxy.call(1, "crash", json!({}));
+    assert_eq!(lost["result"]["isError"], true, "{lost}");
+    assert_eq!(
+        lost["result"]["_meta"]["idem/error"], "outcome_unknown",
+        "{lost}"
+    );
+    assert!(text(&lost).contains("exited"), "{lost}");
+    let refund = proxy.call(
+        2,
+        "send_refund",
+        json!({"order_id": "o1", "amount_cents": 5}),
+    );
+    assert_eq!(text(&refund), "refund #2", "{refund}");
+    assert_eq!(
+        proxy
+            .file("log")
+            .iter()
+            .filter(|l| *l == "initialize")
+            .count(),
+        2
+    );
+    let again = proxy.call(3, "crash", json!({}));
+    assert_eq!(
+        again["result"]["_meta"]["idem/error"], "outcome_unknown",
+        "{again}"
+    );
+    assert!(
+        again["result"]["_meta"].get("idem/retryAfterMs").is_none(),
+        "held: {again}"
+    );
+    assert_eq!(proxy.file("effects"), ["crash", "o1 5"], "crash ran once");
+    let (code, _) = proxy.finish();
+    assert_eq!(code, 0);
+}
+
+// pins Y8: malformed lines from the client are answered as JSON-RPC says; junk and stray
+// answers from the server are dropped; the proxy goes on
+#[test]
+fn malformed_lines_are_answered_and_dropped_and_the_proxy_goes_on() {
+    let mut proxy = Proxy::start("");
+    proxy.initialize();
+    proxy.send_line("this is not json");
+    let parse = proxy.wait_for("parse error", |m| m["error"]["code"] == -32700);
+    assert_eq!(parse["id"], Value::Null);
+    proxy.send_line(r#"{"jsonrpc":"2.0","id":5}"#);
+    let invalid = proxy.wait_for("invalid request", |m| m["error"]["code"] == -32600);
+    assert_eq!(invalid["id"], 5);
+    proxy.send_line(r#"{"jsonrpc":"2.0","id":6,"method":"ping","params":{}}"#);
+    assert_eq!(proxy.response(json!(6))["result"], json!({}));
+    let junk = proxy.call(7, "garbage", json!({}));
+    assert_eq!(text(&junk), "ok");
+    let (code, stderr) = proxy.finish();
+    assert_eq!(code, 0);
+    assert!(
+        stderr.contains("malformed message from the server"),
+        "{stderr}"
+    );
+}
+
+// pins Y7, U4: a keyed call the client cancels is cancelled at the server too; unanswered
+// within cancel_wait, it is an unknown outcome under on_cancel = "hold" (the default) and
+// released under "release"
+#[test]
+fn a_cancelled_call_the_server_never_answers_follows_on_cancel() {
+    for (policy, runs_again) in [("hold", false), ("release", true)] {
+        let mut proxy = Proxy::start(&format!(
+            "cancel_wait = \"300ms\"\n[tools.slow]\non_cancel = \"{policy}\"\n"
+        ));
+        proxy.initialize();
+        let params =
+            json!({"name": "slow", "arguments": {"ms": 1500}, "_meta": {"conversationId": "c1"}});
+        proxy.send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}));
+        let started = Instant::now();
+        while proxy.file("effects").is_empty() {
+            assert!(started.elapsed() < Duration::from_secs(10));
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        proxy.send(
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                          "params": {"requestId": 1, "reason": "user"}}),
+        );
+        assert!(
+            !proxy.arrives(Duration::from_millis(2500), |m| m.get("id")
+                == Some(&json!(1))),
+            "{policy}: no answer to a cancelled call the server does not answer"
+        );
+        assert!(
+            proxy
+                .file("log")
+                .iter()
+                .any(|l| l.starts_with("cancelled ") && l != "cancelled 1"),
+            "{policy}: the server got the cancellation with its own id: {:?}",
+            proxy.file("log")
+        );
+        let retry = proxy.request(2, "tools/call", params.clone());
+        if runs_again {
+            assert_eq!(text(&retry), "slept", "{policy}: {retry}");
+            assert_eq!(proxy.file("effects"), ["slow", "slow"], "{policy}");
+        } else {
+            assert_eq!(
+                retry["result"]["_meta"]["idem/error"], "outcome_unknown",
+                "{policy}: {retry}"
+            );
+            assert_eq!(proxy.file("effects"), ["slow"], "{policy}");
+        }
+    }
+}
+
+// pins S5, Y3: two identical calls at once run the tool once; both get its result
+#[test]
+fn concurrent_duplicates_run_once() {
+    let mut proxy = Proxy::start("");
+    proxy.initialize();
+    for id in [1, 2] {
+        proxy.send(
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params":
+            {"name": "slow", "arguments": {"ms": 400}, "_meta": {"conversationId": "c1"}}}),
+        );
+    }
+    let (first, second) = (proxy.response(json!(1)), proxy.response(json!(2)));
+    assert_eq!(text(&first), "slept");
+    assert_eq!(text(&second), "slept");
+    let mut statuses = [
+        first["result"]["_meta"]["idem/status"].clone(),
+        second["result"]["_meta"]["idem/status"].clone(),
+    ];
+    statuses.sort_by_key(Value::to_string);
+    assert_eq!(statuses, [json!("executed"), json!("replayed")]);
+    assert_eq!(proxy.file("effects"), ["slow"]);
+}
+
+// pins Y4: a configuration naming a tool the server does not list stops the proxy with
+// exit 2 and a message naming it, at start and after tools/list_changed
+#[test]
+fn a_configuration_the_server_contradicts_stops_the_proxy() {
+    let mut proxy = Proxy::start("[tools.send_refnud]\n");
+    proxy.initialize();
+    let (code, stderr) = proxy.finish();
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("`send_refnud`") && stderr.contains("send_refund"),
+        "{stderr}"
+    );
+
+    let mut proxy = Proxy::start("[tools.send_refund]\nkey = [\"order_id\"]\n");
+    proxy.initialize();
+    let refund = proxy.call(
+        1,
+        "send_refund",
+        json!({"order_id": "o1", "amount_cents": 5}),
+    );
+    assert_eq!(text(&refund), "refund #1");
+    proxy.call(2, "drop_refund_tool", json!({}));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while proxy.child.as_mut().unwrap().try_wait().unwrap().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the proxy goes on under a contradicted config"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (code, stderr) = proxy.finish();
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("`send_refund`"), "{stderr}");
+}
