@@ -211,7 +211,7 @@ fn the_python_sdk_retries_through_the_proxy() {
 fn a_proxy_killed_mid_call_leaves_an_unknown_outcome_not_a_second_refund() {
     let scene = Scene::new("lease = \"1s\"\n");
     let step = json!([refund("o1", 500, Some("c1"))]);
-    let mut first = scene
+    let first = scene
         .client(&step, "legacy", &[("REFUND_DELAY_MS", "5000")])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
