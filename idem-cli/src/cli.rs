@@ -139,6 +139,9 @@ pub enum Command {
     ///
     /// Example: `idem mcp-proxy --store sqlite:proxy.db --config idem.toml -- python
     /// payments_server.py`.
+    ///
+    /// Over streamable HTTP: `idem mcp-proxy --store sqlite:proxy.db --listen 127.0.0.1:8080
+    /// --upstream http://127.0.0.1:3001/mcp` (until interrupted).
     McpProxy(McpProxyArgs),
 }
 
@@ -444,8 +447,25 @@ pub struct McpProxyArgs {
     /// Write log lines to stderr as JSON objects.
     #[arg(long)]
     pub json: bool,
-    /// The MCP server to run, after `--`: `-- python server.py`.
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    /// Serve MCP's streamable HTTP on this address (`127.0.0.1:8080`) in front of
+    /// --upstream, instead of running a server on stdio.
+    #[arg(long, value_name = "ADDR", requires = "upstream")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// The upstream MCP endpoint over streamable HTTP (`http://127.0.0.1:3001/mcp`; plain
+    /// HTTP): requests to its path are looked into, every other path is forwarded as is.
+    #[arg(
+        long,
+        value_name = "URL",
+        requires = "listen",
+        conflicts_with = "command"
+    )]
+    pub upstream: Option<String>,
+    /// The MCP server to run on stdio, after `--`: `-- python server.py`.
+    #[arg(
+        last = true,
+        required_unless_present = "upstream",
+        value_name = "COMMAND"
+    )]
     pub command: Vec<std::ffi::OsString>,
 }
 

@@ -37,7 +37,15 @@ fn main() -> ExitCode {
             namespace: cli.namespace.as_deref(),
             config: args.config.as_deref(),
             json_logs: args.json,
-            command: args.command.clone(),
+            transport: match (&args.listen, &args.upstream) {
+                (Some(listen), Some(upstream)) => proxy::Transport::Http {
+                    listen: *listen,
+                    upstream: upstream.clone(),
+                },
+                _ => proxy::Transport::Stdio {
+                    command: args.command.clone(),
+                },
+            },
         });
     }
     let origins = Origins {

@@ -2,6 +2,7 @@
 //!
 //! ```toml
 //! conversation_meta = "conversationId"   # the _meta member holding the conversation id
+//! session_as_conversation = false        # HTTP: no conversation in _meta → the session
 //! ttl = "24h"                            # defaults for every keyed tool
 //! lease = "60s"
 //! cancel_wait = "30s"
@@ -34,6 +35,7 @@ pub const DEFAULT_CANCEL_WAIT: Duration = Duration::from_secs(30);
 #[serde(deny_unknown_fields)]
 struct File {
     conversation_meta: Option<String>,
+    session_as_conversation: Option<bool>,
     cancel_wait: Option<Span>,
     ttl: Option<Span>,
     lease: Option<Span>,
@@ -121,6 +123,9 @@ pub struct Config {
     pub conversation_meta: String,
     /// How long a cancelled keyed call waits for the server's answer (Y7).
     pub cancel_wait: Duration,
+    /// Over streamable HTTP, a call without a conversation in `_meta` takes its MCP
+    /// session as the conversation (Y10); stdio has no session.
+    pub session_as_conversation: bool,
     defaults: ToolSpec,
     tools: BTreeMap<String, ToolOverride>,
 }
@@ -230,6 +235,7 @@ impl Config {
         Ok(Config {
             conversation_meta,
             cancel_wait: file.cancel_wait.map_or(DEFAULT_CANCEL_WAIT, |s| s.0),
+            session_as_conversation: file.session_as_conversation.unwrap_or(false),
             defaults,
             tools,
         })

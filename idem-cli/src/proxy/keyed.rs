@@ -2,6 +2,7 @@
 //! server's answer as the outcome (contract Y2, Y3, Y7).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use idem_runtime::integrations::rmcp::{ForwardedCall, ServerAnswer};
 use serde_json::{Map, Value};
@@ -48,7 +49,7 @@ pub async fn serve(router: Arc<Router>, id: Value, body: Map<String, Value>) {
         let run = call.run(plan.spec, plan.key, forward);
         let outcome = tokio::select! {
             outcome = run => Some(outcome),
-            () = given_up(&router, &id, &mut cancelled) => None,
+            () = given_up(&mut cancelled, || router.keyed_forwarded(&id), router.config.cancel_wait) => None,
         };
         router.keyed_finished(&id);
         match outcome {
@@ -105,13 +106,17 @@ async fn forward(router: &Router, id: &Value, body: Map<String, Value>) -> Serve
 }
 
 /// Resolves when the proxy gives up on a keyed call the client cancelled (Y7): at once if
-/// it was not forwarded yet (it is still waiting for its claim), else after `cancel_wait`
-/// without an answer. Never resolves for a call that is not cancelled.
-async fn given_up(router: &Router, id: &Value, cancelled: &mut watch::Receiver<bool>) {
+/// it was not `forwarded` yet (it is still waiting for its claim), else after
+/// `cancel_wait` without an answer. Never resolves for a call that is not cancelled.
+pub async fn given_up(
+    cancelled: &mut watch::Receiver<bool>,
+    forwarded: impl Fn() -> bool,
+    cancel_wait: Duration,
+) {
     if cancelled.wait_for(|c| *c).await.is_err() {
         std::future::pending::<()>().await;
     }
-    if router.keyed_forwarded(id) {
-        tokio::time::sleep(router.config.cancel_wait).await;
+    if forwarded() {
+        tokio::time::sleep(cancel_wait).await;
     }
 }

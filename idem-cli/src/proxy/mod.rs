@@ -7,6 +7,7 @@
 
 mod child;
 pub mod config;
+mod http;
 mod jsonrpc;
 mod keyed;
 mod router;
@@ -38,8 +39,26 @@ pub struct Options<'a> {
     pub config: Option<&'a Path>,
     /// Log lines as JSON.
     pub json_logs: bool,
-    /// The server's command and arguments.
-    pub command: Vec<OsString>,
+    /// Where the server is.
+    pub transport: Transport,
+}
+
+/// How the proxy reaches the server, and the client the proxy.
+#[derive(Debug)]
+pub enum Transport {
+    /// The server's command and arguments, run as a child on stdio; the client on this
+    /// process's stdio.
+    Stdio {
+        /// The command and its arguments.
+        command: Vec<OsString>,
+    },
+    /// The server's streamable HTTP endpoint; the client on `listen` (Y10).
+    Http {
+        /// Where to listen.
+        listen: std::net::SocketAddr,
+        /// The upstream endpoint URL, as given.
+        upstream: String,
+    },
 }
 
 /// Runs the proxy until the client closes its input (exit 0), the configuration is refused
@@ -63,7 +82,13 @@ pub fn main(options: Options<'_>) -> ExitCode {
             Ok(engine) => engine,
             Err(message) => return Err(message),
         };
-        Ok(serve(config, engine, options.command).await)
+        Ok(match options.transport {
+            Transport::Stdio { command } => serve(config, engine, command).await,
+            Transport::Http { listen, upstream } => {
+                let upstream = parse_upstream(&upstream)?;
+                http::serve(config, engine, listen, upstream).await
+            }
+        })
     });
     // Tasks still blocked on stdin would keep the runtime alive.
     runtime.shutdown_timeout(Duration::from_millis(100));
@@ -114,6 +139,22 @@ fn open(store: Option<&str>, namespace: Option<&str>) -> Result<Engine, String> 
     Ok(engine)
 }
 
+/// `--upstream`: an absolute `http://` URL.
+fn parse_upstream(text: &str) -> Result<::http::Uri, String> {
+    let uri: ::http::Uri = text
+        .parse()
+        .map_err(|e| format!("--upstream {text:?} is not a URL: {e}"))?;
+    match (uri.scheme_str(), uri.authority()) {
+        (Some("http"), Some(_)) => Ok(uri),
+        (Some("https"), _) => Err(format!(
+            "--upstream {text:?}: https is not supported yet; put the proxy next to the server and use http://"
+        )),
+        _ => Err(format!(
+            "--upstream {text:?} must be an absolute http:// URL such as http://127.0.0.1:3001/mcp"
+        )),
+    }
+}
+
 /// Proxies until the client's input ends or the proxy must stop; the exit status.
 async fn serve(config: Config, engine: Engine, command: Vec<OsString>) -> u8 {
     let (to_client, from_router) = mpsc::unbounded_channel::<Value>();
@@ -138,17 +179,21 @@ async fn serve(config: Config, engine: Engine, command: Vec<OsString>) -> u8 {
             _ = fatal.wait_for(Option::is_some) => break 1,
         }
     };
+    if code == 0 {
+        // The client is gone: the keyed calls in progress still save their outcomes, and a
+        // tool listing under way still checks the configuration.
+        let deadline = tokio::time::Instant::now() + router.config.cancel_wait;
+        while (router.keyed_in_progress() > 0 || router.probing())
+            && tokio::time::Instant::now() < deadline
+            && router.fatal().borrow().is_none()
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
     let code = match router.fatal().borrow().as_ref() {
         Some((_, fatal_code)) => *fatal_code,
         None => code,
     };
-    if code == 0 {
-        // The client is gone: the keyed calls in progress still save their outcomes.
-        let deadline = tokio::time::Instant::now() + router.config.cancel_wait;
-        while router.keyed_in_progress() > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
     shutdown.send_replace(true);
     let _ = supervisor.await;
     router.send_client(Value::Null);

@@ -12,8 +12,8 @@ mod cli;
 mod common;
 mod decisions;
 mod held_after_crash;
-#[cfg(feature = "test-mcp-node")]
-mod mcp_transparency;
 mod mcp_proxy;
 #[cfg(feature = "test-mcp-python")]
 mod mcp_python;
+#[cfg(feature = "test-mcp-node")]
+mod mcp_transparency;

@@ -154,6 +154,12 @@ impl McpCall {
         }
     }
 
+    /// The call with MCP session id `session`.
+    pub(crate) fn with_session(mut self, session: String) -> Self {
+        self.session = Some(session);
+        self
+    }
+
     /// Adds the members of a params-level `_meta` that the request context's `_meta` does not
     /// have (rmcp moves a request's `_meta` into the context; a handler called directly may
     /// still carry it in its params).

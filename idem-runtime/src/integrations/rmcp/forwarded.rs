@@ -144,6 +144,14 @@ impl ForwardedCall {
         check_conversation_meta_key(name)
     }
 
+    /// Reads a `conversation` scope from the MCP session `session` (streamable HTTP's
+    /// `Mcp-Session-Id`) when the request's `_meta` names no conversation, as an rmcp
+    /// server's call does (M3): the conversation is `mcp-session:<session>`.
+    pub fn with_session(mut self, session: impl Into<String>) -> Self {
+        self.call = self.call.with_session(session.into());
+        self
+    }
+
     /// The tool's name, as the client called it.
     pub fn tool(&self) -> &str {
         self.call.tool()

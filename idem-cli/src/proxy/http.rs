@@ -1,0 +1,740 @@
+//! `idem mcp-proxy --listen ADDR --upstream URL`: the proxy in front of a server that speaks
+//! MCP's streamable HTTP (contract Y10).
+//!
+//! Every HTTP request is forwarded to the upstream origin with its method, path, query,
+//! headers (`Mcp-Session-Id`, `MCP-Protocol-Version`, `Authorization`, `Last-Event-ID`…) and
+//! body, and the upstream's answer comes back as it is, streamed: sessions are the
+//! upstream's own. Two kinds of POST to the MCP endpoint are looked into: `initialize`,
+//! whose result gains `capabilities.experimental.idempotency`, and `tools/call` of keyed
+//! tools, which run under idem's call protocol with the upstream's answer as the outcome.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode, Uri};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use idem_runtime::integrations::rmcp::{capability, ForwardedCall, ServerAnswer};
+use idem_runtime::Engine;
+use serde_json::{json, Map, Value};
+use sse_stream::{Sse, SseStream};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::config::Config;
+use super::jsonrpc::{error_response, id_text, INTERNAL_ERROR};
+use super::keyed::given_up;
+use super::tools::ToolTable;
+
+type Body = UnsyncBoxBody<Bytes, BoxError>;
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The largest request body the proxy reads into memory to look into it, in bytes.
+pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+
+/// Headers that belong to one HTTP connection, never forwarded (RFC 9110 §7.6.1), plus the
+/// ones the proxy recomputes.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+];
+
+/// The HTTP proxy's shared state.
+struct HttpProxy {
+    config: Config,
+    engine: Engine,
+    upstream: Uri,
+    client: Client<HttpConnector, Full<Bytes>>,
+    tools: Arc<Mutex<Option<Arc<ToolTable>>>>,
+    /// Keyed calls in progress, by (session, the client's JSON-RPC id): cancelled? (Y7).
+    keyed: Mutex<HashMap<(String, String), Keyed>>,
+    next_id: AtomicU64,
+    fatal: watch::Sender<Option<String>>,
+}
+
+struct Keyed {
+    cancelled: watch::Sender<bool>,
+}
+
+/// Serves on `listen` until interrupted (exit 0) or the configuration is contradicted by
+/// the upstream's tools (exit 2).
+pub async fn serve(config: Config, engine: Engine, listen: SocketAddr, upstream: Uri) -> u8 {
+    let listener = match tokio::net::TcpListener::bind(listen).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            tracing::error!("cannot listen on {listen}: {error}");
+            return 2;
+        }
+    };
+    let local = listener.local_addr().map_or(listen, |a| a);
+    tracing::info!(
+        "idem mcp-proxy listens on http://{local}{} for {upstream}",
+        upstream.path()
+    );
+    let proxy = Arc::new(HttpProxy {
+        config,
+        engine,
+        upstream,
+        client: Client::builder(TokioExecutor::new()).build_http(),
+        tools: Arc::default(),
+        keyed: Mutex::default(),
+        next_id: AtomicU64::new(0),
+        fatal: watch::channel(None).0,
+    });
+    let mut fatal = proxy.fatal.subscribe();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { continue };
+                let proxy = Arc::clone(&proxy);
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |request| {
+                        let proxy = Arc::clone(&proxy);
+                        async move { Ok::<_, Infallible>(proxy.handle(request).await) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+            _ = fatal.wait_for(Option::is_some) => return 2,
+            _ = tokio::signal::ctrl_c() => return 0,
+        }
+    }
+}
+
+impl HttpProxy {
+    fn is_endpoint(&self, uri: &Uri) -> bool {
+        uri.path() == self.upstream.path()
+    }
+
+    async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<Body> {
+        let (parts, body) = request.into_parts();
+        if parts.method != Method::POST || !self.is_endpoint(&parts.uri) {
+            return self.forward(parts, body.boxed_unsync_err()).await;
+        }
+        let bytes = match Limited::read(body).await {
+            Ok(bytes) => bytes,
+            Err(response) => return response,
+        };
+        let message: Option<Map<String, Value>> = serde_json::from_slice(&bytes).ok();
+        let method = message
+            .as_ref()
+            .and_then(|m| m.get("method"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        match (method, message.as_ref().and_then(|m| m.get("id")).cloned()) {
+            ("tools/call", Some(id)) => {
+                let message = message.unwrap_or_default();
+                self.tools_call(parts, bytes, id, message).await
+            }
+            ("initialize", Some(_)) => {
+                let response = self.forward(parts, full(bytes)).await;
+                self.advertise(response).await
+            }
+            ("notifications/cancelled", None) => {
+                let request = message
+                    .as_ref()
+                    .and_then(|m| m.get("params"))
+                    .and_then(|p| p.get("requestId"))
+                    .map(id_text);
+                if let Some(request) = request {
+                    let key = (session(&parts.headers), request);
+                    if let Some(keyed) = self.keyed().get(&key) {
+                        keyed.cancelled.send_replace(true);
+                    }
+                }
+                self.forward(parts, full(bytes)).await
+            }
+            _ => self.forward(parts, full(bytes)).await,
+        }
+    }
+
+    fn keyed(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Keyed>> {
+        self.keyed.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The request sent upstream as it came, and the upstream's answer back as it comes.
+    async fn forward(&self, parts: http::request::Parts, body: Body) -> Response<Body> {
+        match self
+            .send_upstream(&parts.method, &parts.uri, &parts.headers, body)
+            .await
+        {
+            Ok(response) => {
+                let (mut head, body) = response.into_parts();
+                strip_hop_by_hop(&mut head.headers);
+                let body = if is_sse(&head.headers) {
+                    self.watch_list_changed(body)
+                } else {
+                    body.boxed_unsync_err()
+                };
+                Response::from_parts(head, body)
+            }
+            Err(error) => bad_gateway(&error),
+        }
+    }
+
+    async fn send_upstream(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        body: Body,
+    ) -> Result<Response<Incoming>, String> {
+        let bytes = body
+            .collect()
+            .await
+            .map_err(|e| format!("reading the request: {e}"))?
+            .to_bytes();
+        let mut target = http::uri::Parts::from(self.upstream.clone());
+        target.path_and_query = uri.path_and_query().cloned();
+        let target = Uri::from_parts(target).map_err(|e| e.to_string())?;
+        let mut request = Request::builder().method(method.clone()).uri(target);
+        for (name, value) in headers {
+            if !HOP_BY_HOP.contains(&name.as_str()) {
+                request = request.header(name, value);
+            }
+        }
+        let request = request.body(Full::new(bytes)).map_err(|e| e.to_string())?;
+        self.client.request(request).await.map_err(|e| {
+            format!(
+                "the upstream MCP server at {} cannot be reached: {e}",
+                self.upstream
+            )
+        })
+    }
+
+    /// Passes an SSE stream through, and forgets the tool listing when the stream carries
+    /// `notifications/tools/list_changed`: the next keyed call lists the tools again and
+    /// checks the configuration (Y4).
+    fn watch_list_changed(&self, body: Incoming) -> Body {
+        let tools = Arc::clone(&self.tools);
+        let stream = body.into_data_stream().map(move |chunk| {
+            if let Ok(chunk) = &chunk {
+                if contains(chunk, b"notifications/tools/list_changed") {
+                    *tools.lock().unwrap_or_else(PoisonError::into_inner) = None;
+                }
+            }
+            chunk.map(Frame::data).map_err(|e| Box::new(e) as BoxError)
+        });
+        BodyExt::boxed_unsync(StreamBody::new(stream))
+    }
+
+    /// An `initialize` answer with `capabilities.experimental.idempotency` added (Y1, M10).
+    async fn advertise(&self, response: Response<Body>) -> Response<Body> {
+        let (mut head, body) = response.into_parts();
+        let Ok(collected) = body.collect().await else {
+            return Response::from_parts(head, full(Bytes::new()));
+        };
+        let bytes = collected.to_bytes();
+        let add = |message: &mut Value| {
+            if let Some(capabilities) = message
+                .pointer_mut("/result/capabilities")
+                .and_then(Value::as_object_mut)
+            {
+                let experimental = capabilities
+                    .entry("experimental")
+                    .or_insert_with(|| json!({}));
+                if let Some(experimental) = experimental.as_object_mut() {
+                    experimental.insert(
+                        "idempotency".into(),
+                        Value::Object(capability(&self.config.conversation_meta)),
+                    );
+                }
+            }
+        };
+        let bytes = if is_sse(&head.headers) {
+            let events = parse_sse(bytes.clone()).await;
+            let mut out = Vec::new();
+            for mut event in events {
+                if let Some(mut message) = event
+                    .data
+                    .as_deref()
+                    .and_then(|d| serde_json::from_str::<Value>(d).ok())
+                {
+                    add(&mut message);
+                    event.data = Some(message.to_string());
+                }
+                out.extend_from_slice(&encode_sse(&event));
+            }
+            Bytes::from(out)
+        } else {
+            match serde_json::from_slice::<Value>(&bytes) {
+                Ok(mut message) => {
+                    add(&mut message);
+                    Bytes::from(message.to_string())
+                }
+                Err(_) => bytes,
+            }
+        };
+        head.headers.remove(header::CONTENT_LENGTH);
+        Response::from_parts(head, full(bytes))
+    }
+
+    /// The upstream's tools, listed with the client's session headers if not yet (Y2).
+    async fn tool_table(&self, headers: &HeaderMap) -> Result<Arc<ToolTable>, String> {
+        if let Some(table) = self
+            .tools
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+        {
+            return Ok(table);
+        }
+        let mut table = ToolTable::default();
+        let mut cursor: Option<String> = None;
+        loop {
+            let id = format!(
+                "idem-proxy-{}",
+                self.next_id.fetch_add(1, Ordering::SeqCst) + 1
+            );
+            let mut request = json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"});
+            if let Some(cursor) = &cursor {
+                request["params"] = json!({ "cursor": cursor });
+            }
+            let mut own = HeaderMap::new();
+            for (name, value) in headers {
+                let keep = [
+                    "mcp-session-id",
+                    "mcp-protocol-version",
+                    "authorization",
+                    "cookie",
+                ];
+                if keep.contains(&name.as_str()) {
+                    own.insert(name.clone(), value.clone());
+                }
+            }
+            own.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            own.insert(
+                header::ACCEPT,
+                HeaderValue::from_static("application/json, text/event-stream"),
+            );
+            let response = self
+                .send_upstream(
+                    &Method::POST,
+                    &self.upstream,
+                    &own,
+                    full(Bytes::from(request.to_string())),
+                )
+                .await?;
+            let answer = read_answer(response, &json!(id), &mut |_| {}).await;
+            let page = match answer {
+                Ok(Answer::Message(message)) => {
+                    message.get("result").and_then(Value::as_object).cloned()
+                }
+                _ => None,
+            };
+            let Some(page) = page else {
+                tracing::warn!("the upstream's tools/list failed: no tool is known read-only");
+                break;
+            };
+            match table.add_page(&page) {
+                Some(next) if cursor.as_deref() != Some(next.as_str()) => cursor = Some(next),
+                _ => break,
+            }
+        }
+        if let Err(problem) = table.check(&self.config) {
+            let message = format!("the configuration does not fit the upstream server: {problem}");
+            tracing::error!("{message}");
+            self.fatal.send_replace(Some(message.clone()));
+            return Err(message);
+        }
+        let table = Arc::new(table);
+        *self.tools.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::clone(&table));
+        Ok(table)
+    }
+
+    /// A client's `tools/call` (Y3, Y7, Y10).
+    async fn tools_call(
+        self: Arc<Self>,
+        parts: http::request::Parts,
+        bytes: Bytes,
+        id: Value,
+        message: Map<String, Value>,
+    ) -> Response<Body> {
+        let params = message
+            .get("params")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        let tool = params
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        let table = match self.tool_table(&parts.headers).await {
+            Ok(table) => table,
+            Err(problem) => {
+                return json_response(StatusCode::OK, &error_response(id, INTERNAL_ERROR, problem))
+            }
+        };
+        let Some(plan) = table.plan(&self.config, &tool) else {
+            return self.forward(parts, full(bytes)).await;
+        };
+        let session = session(&parts.headers);
+        let mut call = ForwardedCall::from_params(
+            &params,
+            Some(self.engine.clone()),
+            &self.config.conversation_meta,
+        );
+        if self.config.session_as_conversation && !session.is_empty() {
+            call = call.with_session(session.clone());
+        }
+        let (cancelled, mut cancelled_seen) = watch::channel(false);
+        let exchange = Arc::new(Exchange::default());
+        let entry = (session, id_text(&id));
+        self.keyed().insert(entry.clone(), Keyed { cancelled });
+        // Events for the client while the upstream answers as a stream; the response turns
+        // into that stream when the first one comes.
+        let (events, events_seen) = mpsc::unbounded_channel::<Bytes>();
+        let (streaming, streaming_seen) = oneshot::channel::<()>();
+        let (done, done_seen) = oneshot::channel::<Finished>();
+        let proxy = Arc::clone(&self);
+        let task_exchange = Arc::clone(&exchange);
+        tokio::spawn(async move {
+            let mut streaming = Some(streaming);
+            let mut relay = |event: Bytes| {
+                if let Some(start) = streaming.take() {
+                    let _ = start.send(());
+                }
+                let _ = events.send(event);
+            };
+            let forward = proxy.forward_keyed(&parts, bytes, &id, &task_exchange, &mut relay);
+            let run = call.run(plan.spec, plan.key, forward);
+            let was_forwarded = Arc::clone(&task_exchange);
+            let outcome = tokio::select! {
+                outcome = run => Some(outcome),
+                () = given_up(&mut cancelled_seen, move || was_forwarded.forwarded.load(Ordering::SeqCst), proxy.config.cancel_wait) => None,
+            };
+            proxy.keyed().remove(&entry);
+            let finished = match outcome {
+                Some(Ok(result)) => {
+                    Finished::Message(json!({"jsonrpc": "2.0", "id": id, "result": result}))
+                }
+                Some(Err(error)) => {
+                    Finished::Message(json!({"jsonrpc": "2.0", "id": id, "error": error}))
+                }
+                None => Finished::Nothing,
+            };
+            if streaming.is_none() {
+                if let Finished::Message(message) = &finished {
+                    let _ = events.send(encode_sse(
+                        &Sse::default().event("message").data(message.to_string()),
+                    ));
+                }
+            }
+            let _ = done.send(finished);
+        });
+        tokio::select! {
+            Ok(()) = streaming_seen => {
+                let headers = std::mem::take(&mut *exchange.headers.lock().unwrap_or_else(PoisonError::into_inner));
+                sse_response(events_seen, headers)
+            }
+            finished = done_seen => {
+                if let Some(response) = exchange.passthrough.lock().unwrap_or_else(PoisonError::into_inner).take() {
+                    return response;
+                }
+                match finished {
+                    Ok(Finished::Message(message)) => json_response(StatusCode::OK, &message),
+                    _ => Response::builder().status(StatusCode::ACCEPTED).body(full(Bytes::new())).unwrap_or_default(),
+                }
+            }
+        }
+    }
+
+    /// The body of a keyed call over HTTP: the request upstream, its events relayed, its
+    /// answer (Y10). A non-2xx upstream answer is not the tool's: it is handed to the client
+    /// unchanged (in `passthrough`) and the claim released.
+    async fn forward_keyed(
+        &self,
+        parts: &http::request::Parts,
+        bytes: Bytes,
+        id: &Value,
+        exchange: &Exchange,
+        relay: &mut (dyn FnMut(Bytes) + Send),
+    ) -> ServerAnswer {
+        exchange.forwarded.store(true, Ordering::SeqCst);
+        let response = match self
+            .send_upstream(&parts.method, &parts.uri, &parts.headers, full(bytes))
+            .await
+        {
+            Ok(response) => response,
+            Err(error) => {
+                return ServerAnswer::NotDelivered(
+                    error_response(Value::Null, INTERNAL_ERROR, error)["error"].take(),
+                )
+            }
+        };
+        if !response.status().is_success() {
+            let (mut head, body) = response.into_parts();
+            strip_hop_by_hop(&mut head.headers);
+            let status = head.status;
+            *exchange
+                .passthrough
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) =
+                Some(Response::from_parts(head, body.boxed_unsync_err()));
+            return ServerAnswer::NotDelivered(
+                error_response(
+                    Value::Null,
+                    INTERNAL_ERROR,
+                    format!("the upstream answered HTTP {status}"),
+                )["error"]
+                    .take(),
+            );
+        }
+        {
+            let mut headers = response.headers().clone();
+            strip_hop_by_hop(&mut headers);
+            headers.remove(header::CONTENT_LENGTH);
+            *exchange
+                .headers
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = headers;
+        }
+        match read_answer(response, id, &mut |event| relay(encode_sse(&event))).await {
+            Ok(Answer::Message(mut message)) => {
+                match (message.remove("result"), message.remove("error")) {
+                    (Some(Value::Object(result)), _) => ServerAnswer::Result(result),
+                    (_, Some(error)) => ServerAnswer::Error(error),
+                    _ => ServerAnswer::Error(
+                        error_response(
+                            Value::Null,
+                            INTERNAL_ERROR,
+                            "the upstream answered with a result that is not an object",
+                        )["error"]
+                            .take(),
+                    ),
+                }
+            }
+            Ok(Answer::None) => ServerAnswer::Lost {
+                reason: "the upstream MCP server closed its answer".to_owned(),
+            },
+            Err(why) => ServerAnswer::Lost { reason: why },
+        }
+    }
+}
+
+/// What a keyed call's upstream exchange leaves for the response to the client.
+#[derive(Default)]
+struct Exchange {
+    /// The request went upstream (a cancellation then waits for `cancel_wait`, Y7).
+    forwarded: AtomicBool,
+    /// A non-2xx upstream answer, handed back unchanged.
+    passthrough: Mutex<Option<Response<Body>>>,
+    /// The upstream answer's headers, for a relayed event stream.
+    headers: Mutex<HeaderMap>,
+}
+
+enum Finished {
+    Message(Value),
+    Nothing,
+}
+
+enum Answer {
+    Message(Map<String, Value>),
+    None,
+}
+
+/// The JSON-RPC response to `id` in an upstream answer (JSON, or an SSE stream whose other
+/// events go to `relay`).
+async fn read_answer(
+    response: Response<Incoming>,
+    id: &Value,
+    relay: &mut (dyn FnMut(Sse) + Send),
+) -> Result<Answer, String> {
+    if is_sse(response.headers()) {
+        let mut events = SseStream::new(response.into_body());
+        while let Some(event) = events.next().await {
+            let event = event.map_err(|e| format!("the upstream's event stream broke: {e}"))?;
+            let message = event
+                .data
+                .as_deref()
+                .and_then(|data| serde_json::from_str::<Map<String, Value>>(data).ok());
+            match message {
+                Some(message)
+                    if message.get("id") == Some(id) && !message.contains_key("method") =>
+                {
+                    return Ok(Answer::Message(message))
+                }
+                _ => relay(event),
+            }
+        }
+        return Ok(Answer::None);
+    }
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| format!("the upstream's answer broke: {e}"))?
+        .to_bytes();
+    Ok(match serde_json::from_slice::<Map<String, Value>>(&bytes) {
+        Ok(message) => Answer::Message(message),
+        Err(_) => Answer::None,
+    })
+}
+
+async fn parse_sse(bytes: Bytes) -> Vec<Sse> {
+    let stream = futures_util::stream::iter([Ok::<_, std::io::Error>(bytes)]);
+    SseStream::from_bytes_stream(stream)
+        .filter_map(|event| async move { event.ok() })
+        .collect()
+        .await
+}
+
+/// An SSE event as bytes; a multi-line `data` becomes several `data:` lines.
+fn encode_sse(event: &Sse) -> Bytes {
+    let mut out = String::new();
+    if let Some(name) = &event.event {
+        out.push_str(&format!("event: {name}\n"));
+    }
+    if let Some(id) = &event.id {
+        out.push_str(&format!("id: {id}\n"));
+    }
+    if let Some(retry) = event.retry {
+        out.push_str(&format!("retry: {retry}\n"));
+    }
+    if let Some(data) = &event.data {
+        for line in data.split('\n') {
+            out.push_str(&format!("data: {line}\n"));
+        }
+    }
+    out.push('\n');
+    Bytes::from(out)
+}
+
+fn session(headers: &HeaderMap) -> String {
+    headers
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned()
+}
+
+fn is_sse(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"))
+}
+
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    for name in HOP_BY_HOP {
+        if name != "content-length" {
+            headers.remove(HeaderName::from_static(name));
+        }
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|window| window == needle)
+}
+
+fn full(bytes: Bytes) -> Body {
+    Full::new(bytes)
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
+
+fn json_response(status: StatusCode, message: &Value) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(full(Bytes::from(message.to_string())))
+        .unwrap_or_default()
+}
+
+/// The upstream's event stream for a keyed call, as relayed, with the upstream's headers
+/// (its `Mcp-Session-Id`…).
+fn sse_response(events: mpsc::UnboundedReceiver<Bytes>, headers: HeaderMap) -> Response<Body> {
+    let stream = tokio_stream_from(events).map(|bytes| Ok::<_, BoxError>(Frame::data(bytes)));
+    let mut response = Response::new(BodyExt::boxed_unsync(StreamBody::new(stream)));
+    *response.headers_mut() = headers;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    response
+}
+
+fn tokio_stream_from(
+    mut receiver: mpsc::UnboundedReceiver<Bytes>,
+) -> impl futures_util::Stream<Item = Bytes> {
+    futures_util::stream::poll_fn(move |cx| receiver.poll_recv(cx))
+}
+
+fn bad_gateway(error: &str) -> Response<Body> {
+    tracing::warn!("{error}");
+    let message = error_response(Value::Null, INTERNAL_ERROR, error);
+    json_response(StatusCode::BAD_GATEWAY, &message)
+}
+
+/// Reads a request body up to [`MAX_BODY_BYTES`].
+struct Limited;
+
+impl Limited {
+    async fn read(body: Incoming) -> Result<Bytes, Response<Body>> {
+        match http_body_util::Limited::new(body, MAX_BODY_BYTES)
+            .collect()
+            .await
+        {
+            Ok(collected) => Ok(collected.to_bytes()),
+            Err(error) => {
+                let message = error_response(
+                    Value::Null,
+                    super::jsonrpc::INVALID_REQUEST,
+                    format!(
+                        "the request body cannot be read (at most {MAX_BODY_BYTES} bytes): {error}"
+                    ),
+                );
+                Err(json_response(StatusCode::PAYLOAD_TOO_LARGE, &message))
+            }
+        }
+    }
+}
+
+trait BoxedUnsyncErr {
+    fn boxed_unsync_err(self) -> Body;
+}
+
+impl BoxedUnsyncErr for Incoming {
+    fn boxed_unsync_err(self) -> Body {
+        self.map_err(|e| Box::new(e) as BoxError).boxed_unsync()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // pins Y10: events are written back as SSE, multi-line data as several lines
+    #[test]
+    fn events_are_encoded_line_by_line() {
+        let event = Sse::default().event("message").data("{\n}").id("7");
+        assert_eq!(
+            encode_sse(&event),
+            Bytes::from("event: message\nid: 7\ndata: {\ndata: }\n\n")
+        );
+    }
+}
