@@ -38,6 +38,11 @@ use super::tools::ToolTable;
 type Body = UnsyncBoxBody<Bytes, BoxError>;
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+mod keyed;
+mod sse;
+
+use self::sse::{encode_sse, is_sse, parse_sse, read_answer, Answer};
+
 /// The largest request body the proxy reads into memory to look into it, in bytes.
 pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
 
@@ -362,264 +367,6 @@ impl HttpProxy {
         *self.tools.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::clone(&table));
         Ok(table)
     }
-
-    /// A client's `tools/call` (Y3, Y7, Y10).
-    async fn tools_call(
-        self: Arc<Self>,
-        parts: http::request::Parts,
-        bytes: Bytes,
-        id: Value,
-        message: Map<String, Value>,
-    ) -> Response<Body> {
-        let params = message
-            .get("params")
-            .and_then(Value::as_object)
-            .cloned()
-            .unwrap_or_default();
-        let tool = params
-            .get("name")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned();
-        let table = match self.tool_table(&parts.headers).await {
-            Ok(table) => table,
-            Err(problem) => {
-                return json_response(StatusCode::OK, &error_response(id, INTERNAL_ERROR, problem))
-            }
-        };
-        let Some(plan) = table.plan(&self.config, &tool) else {
-            return self.forward(parts, full(bytes)).await;
-        };
-        let session = session(&parts.headers);
-        let mut call = ForwardedCall::from_params(
-            &params,
-            Some(self.engine.clone()),
-            &self.config.conversation_meta,
-        );
-        if self.config.session_as_conversation && !session.is_empty() {
-            call = call.with_session(session.clone());
-        }
-        let (cancelled, mut cancelled_seen) = watch::channel(false);
-        let exchange = Arc::new(Exchange::default());
-        let entry = (session, id_text(&id));
-        self.keyed().insert(entry.clone(), Keyed { cancelled });
-        // Events for the client while the upstream answers as a stream; the response turns
-        // into that stream when the first one comes.
-        let (events, events_seen) = mpsc::unbounded_channel::<Bytes>();
-        let (streaming, streaming_seen) = oneshot::channel::<()>();
-        let (done, done_seen) = oneshot::channel::<Finished>();
-        let proxy = Arc::clone(&self);
-        let task_exchange = Arc::clone(&exchange);
-        tokio::spawn(async move {
-            let mut streaming = Some(streaming);
-            let mut relay = |event: Bytes| {
-                if let Some(start) = streaming.take() {
-                    let _ = start.send(());
-                }
-                let _ = events.send(event);
-            };
-            let forward = proxy.forward_keyed(&parts, bytes, &id, &task_exchange, &mut relay);
-            let run = call.run(plan.spec, plan.key, forward);
-            let was_forwarded = Arc::clone(&task_exchange);
-            let outcome = tokio::select! {
-                outcome = run => Some(outcome),
-                () = given_up(&mut cancelled_seen, move || was_forwarded.forwarded.load(Ordering::SeqCst), proxy.config.cancel_wait) => None,
-            };
-            proxy.keyed().remove(&entry);
-            let finished = match outcome {
-                Some(Ok(result)) => {
-                    Finished::Message(json!({"jsonrpc": "2.0", "id": id, "result": result}))
-                }
-                Some(Err(error)) => {
-                    Finished::Message(json!({"jsonrpc": "2.0", "id": id, "error": error}))
-                }
-                None => Finished::Nothing,
-            };
-            if streaming.is_none() {
-                if let Finished::Message(message) = &finished {
-                    let _ = events.send(encode_sse(
-                        &Sse::default().event("message").data(message.to_string()),
-                    ));
-                }
-            }
-            let _ = done.send(finished);
-        });
-        tokio::select! {
-            Ok(()) = streaming_seen => {
-                let headers = std::mem::take(&mut *exchange.headers.lock().unwrap_or_else(PoisonError::into_inner));
-                sse_response(events_seen, headers)
-            }
-            finished = done_seen => {
-                if let Some(response) = exchange.passthrough.lock().unwrap_or_else(PoisonError::into_inner).take() {
-                    return response;
-                }
-                match finished {
-                    Ok(Finished::Message(message)) => json_response(StatusCode::OK, &message),
-                    _ => Response::builder().status(StatusCode::ACCEPTED).body(full(Bytes::new())).unwrap_or_default(),
-                }
-            }
-        }
-    }
-
-    /// The body of a keyed call over HTTP: the request upstream, its events relayed, its
-    /// answer (Y10). A non-2xx upstream answer is not the tool's: it is handed to the client
-    /// unchanged (in `passthrough`) and the claim released.
-    async fn forward_keyed(
-        &self,
-        parts: &http::request::Parts,
-        bytes: Bytes,
-        id: &Value,
-        exchange: &Exchange,
-        relay: &mut (dyn FnMut(Bytes) + Send),
-    ) -> ServerAnswer {
-        exchange.forwarded.store(true, Ordering::SeqCst);
-        let response = match self
-            .send_upstream(&parts.method, &parts.uri, &parts.headers, full(bytes))
-            .await
-        {
-            Ok(response) => response,
-            Err(error) => {
-                return ServerAnswer::NotDelivered(
-                    error_response(Value::Null, INTERNAL_ERROR, error)["error"].take(),
-                )
-            }
-        };
-        if !response.status().is_success() {
-            let (mut head, body) = response.into_parts();
-            strip_hop_by_hop(&mut head.headers);
-            let status = head.status;
-            *exchange
-                .passthrough
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner) =
-                Some(Response::from_parts(head, body.boxed_unsync_err()));
-            return ServerAnswer::NotDelivered(
-                error_response(
-                    Value::Null,
-                    INTERNAL_ERROR,
-                    format!("the upstream answered HTTP {status}"),
-                )["error"]
-                    .take(),
-            );
-        }
-        {
-            let mut headers = response.headers().clone();
-            strip_hop_by_hop(&mut headers);
-            headers.remove(header::CONTENT_LENGTH);
-            *exchange
-                .headers
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner) = headers;
-        }
-        match read_answer(response, id, &mut |event| relay(encode_sse(&event))).await {
-            Ok(Answer::Message(mut message)) => {
-                match (message.remove("result"), message.remove("error")) {
-                    (Some(Value::Object(result)), _) => ServerAnswer::Result(result),
-                    (_, Some(error)) => ServerAnswer::Error(error),
-                    _ => ServerAnswer::Error(
-                        error_response(
-                            Value::Null,
-                            INTERNAL_ERROR,
-                            "the upstream answered with a result that is not an object",
-                        )["error"]
-                            .take(),
-                    ),
-                }
-            }
-            Ok(Answer::None) => ServerAnswer::Lost {
-                reason: "the upstream MCP server closed its answer".to_owned(),
-            },
-            Err(why) => ServerAnswer::Lost { reason: why },
-        }
-    }
-}
-
-/// What a keyed call's upstream exchange leaves for the response to the client.
-#[derive(Default)]
-struct Exchange {
-    /// The request went upstream (a cancellation then waits for `cancel_wait`, Y7).
-    forwarded: AtomicBool,
-    /// A non-2xx upstream answer, handed back unchanged.
-    passthrough: Mutex<Option<Response<Body>>>,
-    /// The upstream answer's headers, for a relayed event stream.
-    headers: Mutex<HeaderMap>,
-}
-
-enum Finished {
-    Message(Value),
-    Nothing,
-}
-
-enum Answer {
-    Message(Map<String, Value>),
-    None,
-}
-
-/// The JSON-RPC response to `id` in an upstream answer (JSON, or an SSE stream whose other
-/// events go to `relay`).
-async fn read_answer(
-    response: Response<Incoming>,
-    id: &Value,
-    relay: &mut (dyn FnMut(Sse) + Send),
-) -> Result<Answer, String> {
-    if is_sse(response.headers()) {
-        let mut events = SseStream::new(response.into_body());
-        while let Some(event) = events.next().await {
-            let event = event.map_err(|e| format!("the upstream's event stream broke: {e}"))?;
-            let message = event
-                .data
-                .as_deref()
-                .and_then(|data| serde_json::from_str::<Map<String, Value>>(data).ok());
-            match message {
-                Some(message)
-                    if message.get("id") == Some(id) && !message.contains_key("method") =>
-                {
-                    return Ok(Answer::Message(message))
-                }
-                _ => relay(event),
-            }
-        }
-        return Ok(Answer::None);
-    }
-    let bytes = response
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| format!("the upstream's answer broke: {e}"))?
-        .to_bytes();
-    Ok(match serde_json::from_slice::<Map<String, Value>>(&bytes) {
-        Ok(message) => Answer::Message(message),
-        Err(_) => Answer::None,
-    })
-}
-
-async fn parse_sse(bytes: Bytes) -> Vec<Sse> {
-    let stream = futures_util::stream::iter([Ok::<_, std::io::Error>(bytes)]);
-    SseStream::from_bytes_stream(stream)
-        .filter_map(|event| async move { event.ok() })
-        .collect()
-        .await
-}
-
-/// An SSE event as bytes; a multi-line `data` becomes several `data:` lines.
-fn encode_sse(event: &Sse) -> Bytes {
-    let mut out = String::new();
-    if let Some(name) = &event.event {
-        out.push_str(&format!("event: {name}\n"));
-    }
-    if let Some(id) = &event.id {
-        out.push_str(&format!("id: {id}\n"));
-    }
-    if let Some(retry) = event.retry {
-        out.push_str(&format!("retry: {retry}\n"));
-    }
-    if let Some(data) = &event.data {
-        for line in data.split('\n') {
-            out.push_str(&format!("data: {line}\n"));
-        }
-    }
-    out.push('\n');
-    Bytes::from(out)
 }
 
 fn session(headers: &HeaderMap) -> String {
@@ -628,13 +375,6 @@ fn session(headers: &HeaderMap) -> String {
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_owned()
-}
-
-fn is_sse(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"))
 }
 
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
@@ -663,25 +403,6 @@ fn json_response(status: StatusCode, message: &Value) -> Response<Body> {
         .header(header::CONTENT_TYPE, "application/json")
         .body(full(Bytes::from(message.to_string())))
         .unwrap_or_default()
-}
-
-/// The upstream's event stream for a keyed call, as relayed, with the upstream's headers
-/// (its `Mcp-Session-Id`…).
-fn sse_response(events: mpsc::UnboundedReceiver<Bytes>, headers: HeaderMap) -> Response<Body> {
-    let stream = tokio_stream_from(events).map(|bytes| Ok::<_, BoxError>(Frame::data(bytes)));
-    let mut response = Response::new(BodyExt::boxed_unsync(StreamBody::new(stream)));
-    *response.headers_mut() = headers;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    response
-}
-
-fn tokio_stream_from(
-    mut receiver: mpsc::UnboundedReceiver<Bytes>,
-) -> impl futures_util::Stream<Item = Bytes> {
-    futures_util::stream::poll_fn(move |cx| receiver.poll_recv(cx))
 }
 
 fn bad_gateway(error: &str) -> Response<Body> {
@@ -721,20 +442,5 @@ trait BoxedUnsyncErr {
 impl BoxedUnsyncErr for Incoming {
     fn boxed_unsync_err(self) -> Body {
         self.map_err(|e| Box::new(e) as BoxError).boxed_unsync()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    // pins Y10: events are written back as SSE, multi-line data as several lines
-    #[test]
-    fn events_are_encoded_line_by_line() {
-        let event = Sse::default().event("message").data("{\n}").id("7");
-        assert_eq!(
-            encode_sse(&event),
-            Bytes::from("event: message\nid: 7\ndata: {\ndata: }\n\n")
-        );
     }
 }

@@ -1,0 +1,193 @@
+//! A keyed `tools/call` over streamable HTTP: the upstream's answer as the outcome, its
+//! events relayed while it answers (contract Y3, Y7, Y10).
+
+use super::sse::{sse_response, Answer};
+use super::*;
+
+impl HttpProxy {
+    /// A client's `tools/call` (Y3, Y7, Y10).
+    pub(super) async fn tools_call(
+        self: Arc<Self>,
+        parts: http::request::Parts,
+        bytes: Bytes,
+        id: Value,
+        message: Map<String, Value>,
+    ) -> Response<Body> {
+        let params = message
+            .get("params")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        let tool = params
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        let table = match self.tool_table(&parts.headers).await {
+            Ok(table) => table,
+            Err(problem) => {
+                return json_response(StatusCode::OK, &error_response(id, INTERNAL_ERROR, problem))
+            }
+        };
+        let Some(plan) = table.plan(&self.config, &tool) else {
+            return self.forward(parts, full(bytes)).await;
+        };
+        let session = session(&parts.headers);
+        let mut call = ForwardedCall::from_params(
+            &params,
+            Some(self.engine.clone()),
+            &self.config.conversation_meta,
+        );
+        if self.config.session_as_conversation && !session.is_empty() {
+            call = call.with_session(session.clone());
+        }
+        let (cancelled, mut cancelled_seen) = watch::channel(false);
+        let exchange = Arc::new(Exchange::default());
+        let entry = (session, id_text(&id));
+        self.keyed().insert(entry.clone(), Keyed { cancelled });
+        // Events for the client while the upstream answers as a stream; the response turns
+        // into that stream when the first one comes.
+        let (events, events_seen) = mpsc::unbounded_channel::<Bytes>();
+        let (streaming, streaming_seen) = oneshot::channel::<()>();
+        let (done, done_seen) = oneshot::channel::<Finished>();
+        let proxy = Arc::clone(&self);
+        let task_exchange = Arc::clone(&exchange);
+        tokio::spawn(async move {
+            let mut streaming = Some(streaming);
+            let mut relay = |event: Bytes| {
+                if let Some(start) = streaming.take() {
+                    let _ = start.send(());
+                }
+                let _ = events.send(event);
+            };
+            let forward = proxy.forward_keyed(&parts, bytes, &id, &task_exchange, &mut relay);
+            let run = call.run(plan.spec, plan.key, forward);
+            let was_forwarded = Arc::clone(&task_exchange);
+            let outcome = tokio::select! {
+                outcome = run => Some(outcome),
+                () = given_up(&mut cancelled_seen, move || was_forwarded.forwarded.load(Ordering::SeqCst), proxy.config.cancel_wait) => None,
+            };
+            proxy.keyed().remove(&entry);
+            let finished = match outcome {
+                Some(Ok(result)) => {
+                    Finished::Message(json!({"jsonrpc": "2.0", "id": id, "result": result}))
+                }
+                Some(Err(error)) => {
+                    Finished::Message(json!({"jsonrpc": "2.0", "id": id, "error": error}))
+                }
+                None => Finished::Nothing,
+            };
+            if streaming.is_none() {
+                if let Finished::Message(message) = &finished {
+                    let _ = events.send(encode_sse(
+                        &Sse::default().event("message").data(message.to_string()),
+                    ));
+                }
+            }
+            let _ = done.send(finished);
+        });
+        tokio::select! {
+            Ok(()) = streaming_seen => {
+                let headers = std::mem::take(&mut *exchange.headers.lock().unwrap_or_else(PoisonError::into_inner));
+                sse_response(events_seen, headers)
+            }
+            finished = done_seen => {
+                if let Some(response) = exchange.passthrough.lock().unwrap_or_else(PoisonError::into_inner).take() {
+                    return response;
+                }
+                match finished {
+                    Ok(Finished::Message(message)) => json_response(StatusCode::OK, &message),
+                    _ => Response::builder().status(StatusCode::ACCEPTED).body(full(Bytes::new())).unwrap_or_default(),
+                }
+            }
+        }
+    }
+
+    /// The body of a keyed call over HTTP: the request upstream, its events relayed, its
+    /// answer (Y10). A non-2xx upstream answer is not the tool's: it is handed to the client
+    /// unchanged (in `passthrough`) and the claim released.
+    async fn forward_keyed(
+        &self,
+        parts: &http::request::Parts,
+        bytes: Bytes,
+        id: &Value,
+        exchange: &Exchange,
+        relay: &mut (dyn FnMut(Bytes) + Send),
+    ) -> ServerAnswer {
+        exchange.forwarded.store(true, Ordering::SeqCst);
+        let response = match self
+            .send_upstream(&parts.method, &parts.uri, &parts.headers, full(bytes))
+            .await
+        {
+            Ok(response) => response,
+            Err(error) => {
+                return ServerAnswer::NotDelivered(
+                    error_response(Value::Null, INTERNAL_ERROR, error)["error"].take(),
+                )
+            }
+        };
+        if !response.status().is_success() {
+            let (mut head, body) = response.into_parts();
+            strip_hop_by_hop(&mut head.headers);
+            let status = head.status;
+            *exchange
+                .passthrough
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) =
+                Some(Response::from_parts(head, body.boxed_unsync_err()));
+            return ServerAnswer::NotDelivered(
+                error_response(
+                    Value::Null,
+                    INTERNAL_ERROR,
+                    format!("the upstream answered HTTP {status}"),
+                )["error"]
+                    .take(),
+            );
+        }
+        {
+            let mut headers = response.headers().clone();
+            strip_hop_by_hop(&mut headers);
+            headers.remove(header::CONTENT_LENGTH);
+            *exchange
+                .headers
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = headers;
+        }
+        match read_answer(response, id, &mut |event| relay(encode_sse(&event))).await {
+            Ok(Answer::Message(mut message)) => {
+                match (message.remove("result"), message.remove("error")) {
+                    (Some(Value::Object(result)), _) => ServerAnswer::Result(result),
+                    (_, Some(error)) => ServerAnswer::Error(error),
+                    _ => ServerAnswer::Error(
+                        error_response(
+                            Value::Null,
+                            INTERNAL_ERROR,
+                            "the upstream answered with a result that is not an object",
+                        )["error"]
+                            .take(),
+                    ),
+                }
+            }
+            Ok(Answer::None) => ServerAnswer::Lost {
+                reason: "the upstream MCP server closed its answer".to_owned(),
+            },
+            Err(why) => ServerAnswer::Lost { reason: why },
+        }
+    }
+}
+
+/// What a keyed call's upstream exchange leaves for the response to the client.
+#[derive(Default)]
+struct Exchange {
+    /// The request went upstream (a cancellation then waits for `cancel_wait`, Y7).
+    forwarded: AtomicBool,
+    /// A non-2xx upstream answer, handed back unchanged.
+    passthrough: Mutex<Option<Response<Body>>>,
+    /// The upstream answer's headers, for a relayed event stream.
+    headers: Mutex<HeaderMap>,
+}
+
+enum Finished {
+    Message(Value),
+    Nothing,
+}
