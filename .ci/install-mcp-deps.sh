@@ -42,7 +42,7 @@ else
   "$venv/bin/pip" install --disable-pip-version-check --quiet -r "$requirements" ||
     fail "pip install -r $requirements failed (is the package index reachable?)"
   echo "$py_want" >"$py_stamp"
-  say "python venv $venv: installed $(tr '\n' ' ' <"$requirements")in $((SECONDS - part)) s"
+  say "python venv $venv: installed $(grep -E "^(mcp|mcp-types)==" "$requirements" | tr "\n" " ")and $(grep -c "==" "$requirements") pinned packages in all, in $((SECONDS - part)) s"
 fi
 
 # ---- (b) the npm packages ----
