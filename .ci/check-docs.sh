@@ -78,4 +78,29 @@ grep -Eq "demo_effect has [0-9]+ records? in $scope: called with other arguments
   || fail "idem show with other arguments: $(cat "$scratch/show.err")"
 echo "idem show: rows as documented; other arguments exit 1 with the count"
 
+# README.md, "Any MCP server": the same send_refund twice through idem mcp-proxy in front of
+# the Python SDK server (the venv of .ci/install-mcp-deps.sh): executed, then replayed, with
+# the key shown, and one refund.
+python="$target/mcp-venv/bin/python"
+[ -x "$python" ] || fail "no $python: run .ci/install-mcp-deps.sh"
+call='{"jsonrpc":"2.0","id":ID,"method":"tools/call","params":{"name":"send_refund","arguments":{"order_id":"ord_7","amount_cents":500},"_meta":{"conversationId":"conv_42"}}}'
+proxied=$(
+  {
+    printf '%s\n' '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"sh","version":"1"}}}' \
+      '{"jsonrpc":"2.0","method":"notifications/initialized"}' "${call/ID/2}"
+    sleep 1
+    echo "${call/ID/3}"
+    sleep 1
+  } | REFUNDS_FILE="$scratch/refunds" IDEM_LOG=warn "$idem" mcp-proxy --store "sqlite:$scratch/proxy.db" \
+    -- "$python" idem-cli/tests/mcp/payments_server.py
+)
+key=15df58ce2723390e08daa8d3e6df7e6c22733490705ade0ceeafbdb7c7bf9300
+for status in '"id":2,"jsonrpc":"2.0","result":{"_meta":{"idem/key":"'$key'","idem/status":"executed"},"content":[{"text":"refund re_1 of 500 cents on ord_7"' \
+  '"id":3,"jsonrpc":"2.0","result":{"_meta":{"idem/key":"'$key'","idem/status":"replayed"},"content":[{"text":"refund re_1 of 500 cents on ord_7"'; do
+  grep -qF -- "$status" <<<"$proxied" || fail "idem mcp-proxy: no line with $status in:
+$proxied"
+done
+[ "$(wc -l <"$scratch/refunds")" = 1 ] || fail "idem mcp-proxy: $(wc -l <"$scratch/refunds") refunds, expected 1"
+echo "idem mcp-proxy: executed, then replayed, one refund"
+
 echo "check-docs: the docs' shell examples print what they say"

@@ -135,7 +135,7 @@ fn open(store: Option<&str>, namespace: Option<&str>) -> Result<Engine, String> 
         builder = builder.namespace(namespace);
     }
     let engine = builder.build().map_err(|e| format!("--namespace: {e}"))?;
-    tracing::info!(store = %shown, "idem mcp-proxy keeps outcomes in {shown}");
+    tracing::info!("idem mcp-proxy keeps outcomes in {shown}");
     Ok(engine)
 }
 
