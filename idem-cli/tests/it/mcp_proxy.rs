@@ -408,3 +408,40 @@ fn a_configuration_the_server_contradicts_stops_the_proxy() {
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("`send_refund`"), "{stderr}");
 }
+
+// pins Y3, Y4, A1–A3, M6: a tool the config makes require approval waits for a person: the
+// first call is an awaiting_approval tool error naming the key and the server is not called;
+// `idem approve KEY` on the proxy's store lets the next call run once; later calls replay
+#[test]
+fn a_tool_that_requires_approval_waits_for_idem_approve() {
+    let mut proxy = Proxy::start("[tools.send_refund]\nrequire_approval = \"30m\"\n");
+    proxy.initialize();
+    let args = json!({"order_id": "o1", "amount_cents": 900});
+    let waiting = proxy.call(1, "send_refund", args.clone());
+    assert_eq!(waiting["result"]["isError"], true, "{waiting}");
+    assert_eq!(
+        waiting["result"]["_meta"]["idem/error"], "awaiting_approval",
+        "{waiting}"
+    );
+    assert!(
+        proxy.file("effects").is_empty(),
+        "the server was not called"
+    );
+    let key = waiting["result"]["_meta"]["idem/key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let store = format!("sqlite:{}", proxy.dir.path().join("proxy.db").display());
+    let listed =
+        crate::common::idem(&["--store", &store, "ls", "--state", "awaiting-approval"]).expect(0);
+    assert!(listed.stdout.contains("send_refund"), "{listed:?}");
+    crate::common::idem(&["--store", &store, "approve", &key, "--actor", "ops"]).expect(0);
+    let ran = proxy.call(2, "send_refund", args.clone());
+    assert_eq!(text(&ran), "refund #1", "{ran}");
+    let replayed = proxy.call(3, "send_refund", args);
+    assert_eq!(
+        replayed["result"]["_meta"]["idem/status"], "replayed",
+        "{replayed}"
+    );
+    assert_eq!(proxy.file("effects"), ["o1 900"]);
+}

@@ -24,7 +24,7 @@ use crate::engine::Engine;
 use crate::envelope::Envelope;
 use crate::key::IdempotencyKey;
 use crate::outcome::CallStatus;
-use crate::spec::ToolSpec;
+use crate::spec::{OnUnknown, ToolSpec};
 
 /// What the other server did with a forwarded `tools/call` (Y3, Y6).
 #[derive(Debug, Clone, PartialEq)]
@@ -190,11 +190,10 @@ impl ForwardedCall {
             Err(refusal) => return Ok(to_object(refusal, self.result_type)),
         };
         let key = prepared.key().clone();
-        let tool = spec.name;
         let result_type = self.result_type;
         let outcome = prepared
             .run::<JsonObject, McpFailure<JsonObject, JsonObject, Value>, _>(classify(
-                tool,
+                spec,
                 result_type,
                 forward,
             ))
@@ -225,7 +224,7 @@ impl ForwardedCall {
 
 /// Awaits the server's answer and sorts it as M7/M8 sort an rmcp tool's (Y3, Y6).
 async fn classify<F>(
-    tool: &str,
+    spec: &ToolSpec,
     result_type: bool,
     forward: F,
 ) -> Result<JsonObject, McpFailure<JsonObject, JsonObject, Value>>
@@ -245,7 +244,7 @@ where
             Err(McpFailure::Protocol(error))
         }
         ServerAnswer::Lost { reason } => {
-            Err(McpFailure::OutcomeUnknown(lost(tool, &reason, result_type)))
+            Err(McpFailure::OutcomeUnknown(lost(spec, &reason, result_type)))
         }
     }
 }
@@ -272,11 +271,19 @@ fn meta_of(result: &JsonObject) -> Option<&JsonObject> {
 }
 
 /// The tool error a client gets for a call whose answer was lost (Y6): `outcome_unknown`,
-/// marked so the key is held (U1).
-fn lost(tool: &str, reason: &str, result_type: bool) -> JsonObject {
-    let text = format!(
-        "{reason} before answering `{tool}`: whether it took effect is unknown. idem holds this idempotency key until a person decides (`idem show KEY --history`, then `idem resolve KEY --applied|--not-applied`); do not retry this action, in this or another form, until then"
-    );
+/// marked so the key is held (U1); its text says what follows under the tool's `on_unknown`
+/// (U2, U2a).
+fn lost(spec: &ToolSpec, reason: &str, result_type: bool) -> JsonObject {
+    let tool = spec.name;
+    let text = match spec.on_unknown {
+        OnUnknown::Rerun => format!(
+            "{reason} before answering `{tool}`: whether it took effect is unknown. idem runs it again with the same idempotency key once the claim's lease ({} ms) lapses; retry after that",
+            spec.lease.as_millis()
+        ),
+        _ => format!(
+            "{reason} before answering `{tool}`: whether it took effect is unknown. idem holds this idempotency key until a person decides (`idem show KEY --history`, then `idem resolve KEY --applied|--not-applied`); do not retry this action, in this or another form, until then"
+        ),
+    };
     let mut result = JsonObject::new();
     result.insert(
         "content".into(),
