@@ -34,7 +34,8 @@ pub struct Cli {
     /// The store: `sqlite:PATH` (an existing file: idem never creates one), `postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?idem_schema=S]`,
     /// `redis://[:PASSWORD@]HOST[:PORT][/DB][?idem_prefix=P]`, or `memory` (accepted, but
     /// empty in a fresh process: only useful to try the commands). Needed by every command
-    /// but `key`. Passwords are never printed.
+    /// but `key` and `mcp-proxy` (which creates and migrates its store, and keeps outcomes in
+    /// memory without one). Passwords are never printed.
     #[arg(
         long,
         global = true,
@@ -449,7 +450,12 @@ pub struct McpProxyArgs {
     pub json: bool,
     /// Serve MCP's streamable HTTP on this address (`127.0.0.1:8080`) in front of
     /// --upstream, instead of running a server on stdio.
-    #[arg(long, value_name = "ADDR", requires = "upstream")]
+    #[arg(
+        long,
+        value_name = "ADDR",
+        requires = "upstream",
+        conflicts_with = "command"
+    )]
     pub listen: Option<std::net::SocketAddr>,
     /// The upstream MCP endpoint over streamable HTTP (`http://127.0.0.1:3001/mcp`; plain
     /// HTTP): requests to its path are looked into, every other path is forwarded as is.

@@ -20,6 +20,9 @@ pub const MAX_RESTARTS: u32 = 5;
 pub const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 /// The longest pause before a restart.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// A server that ran this long before exiting counts as started (for a client of MCP's
+/// discovery era, which never sends `initialize`): the restart count starts again.
+pub const STABLE_AFTER: Duration = Duration::from_secs(10);
 /// How long a server whose input was closed may take to exit before it is killed.
 const EXIT_GRACE: Duration = Duration::from_secs(5);
 
@@ -43,15 +46,24 @@ pub async fn supervise(
                 let reader = {
                     let router = Arc::clone(&router);
                     tokio::spawn(async move {
-                        let mut lines = BufReader::new(stdout).lines();
-                        while let Ok(Some(line)) = lines.next_line().await {
-                            router.from_server(generation, &line);
+                        // Lines as bytes: one that is not UTF-8 is logged and dropped (Y8).
+                        let mut lines = BufReader::new(stdout).split(b'\n');
+                        while let Ok(Some(line)) = lines.next_segment().await {
+                            router.from_server(generation, &String::from_utf8_lossy(&line));
                         }
+                        // No answer can come any more: what waits for one learns it now, not
+                        // when the process has been reaped (Y6).
+                        router
+                            .server_exited(generation, "the MCP server exited (its output closed)");
                     })
                 };
-                if generation > 1 && reinitialise(&router, &mut stdin, generation).await {
-                    failures = 0;
-                    backoff = FIRST_BACKOFF;
+                let started = tokio::time::Instant::now();
+                if generation > 1 {
+                    if reinitialise(&router, &mut stdin, generation).await {
+                        failures = 0;
+                        backoff = FIRST_BACKOFF;
+                    }
+                    router.probe_if_unlisted();
                 }
                 let client_gone = feed(
                     &router,
@@ -74,7 +86,7 @@ pub async fn supervise(
                         "closed its output and was killed".to_owned()
                     }
                 };
-                if router.initialize_answered() {
+                if router.initialize_answered() || started.elapsed() >= STABLE_AFTER {
                     failures = 0;
                     backoff = FIRST_BACKOFF;
                 }
@@ -171,10 +183,11 @@ async fn write_line(stdin: &mut ChildStdin, message: &Value) -> std::io::Result<
 /// Initialises a restarted server with the client's original `initialize` and
 /// `notifications/initialized` (Y6), then lists its tools again. `true` when it answered
 /// with a result. A client that never sent `initialize` (MCP's discovery era describes
-/// every request by itself) needs nothing.
+/// every request by itself) needs nothing, and `false` is answered: only a run of
+/// [`STABLE_AFTER`] counts as a start then.
 async fn reinitialise(router: &Arc<Router>, stdin: &mut ChildStdin, generation: u64) -> bool {
     let Some(params) = router.initialize_params() else {
-        return true;
+        return false;
     };
     let (proxy_id, reply) = router.request_unsent("initialize");
     let request =
@@ -199,10 +212,20 @@ async fn reinitialise(router: &Arc<Router>, stdin: &mut ChildStdin, generation: 
             }
             true
         }
-        other => {
+        Ok(Ok(Reply::Answer(answer))) => {
+            let answer = serde_json::Value::Object(answer).to_string();
+            tracing::warn!(%answer, "the restarted MCP server refused the client's initialize");
+            false
+        }
+        Ok(Ok(Reply::Lost(why) | Reply::NotDelivered(why))) => {
             tracing::warn!(
-                "the restarted MCP server did not accept the client's initialize: {other:?}"
+                "the restarted MCP server did not answer the client's initialize: {why}"
             );
+            false
+        }
+        Ok(Err(_)) => false,
+        Err(_) => {
+            tracing::warn!("the restarted MCP server did not answer the client's initialize within {OWN_REQUEST_TIMEOUT:?}");
             false
         }
     }

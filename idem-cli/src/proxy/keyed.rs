@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use tracing::Instrument;
 
 use super::jsonrpc::{error_response, result_response, INTERNAL_ERROR};
-use super::router::{Reply, Router};
+use super::router::{KeyedCall, Reply, Router};
 
 /// Serves the client's `tools/call` request `id` (the whole message `body`).
 pub async fn serve(router: Arc<Router>, id: Value, body: Map<String, Value>) {
@@ -26,13 +26,13 @@ pub async fn serve(router: Arc<Router>, id: Value, body: Map<String, Value>) {
         .to_owned();
     let span = tracing::info_span!("mcp_proxy.call", tool = %tool, request = %id);
     async move {
-        let mut cancelled = router.keyed_started(&id);
+        let (call, mut cancelled) = router.keyed_started(&id);
         let Some(table) = router.tool_table().await else {
             // The proxy is stopping; `stop` answered this request.
             return;
         };
         let Some(plan) = table.plan(&router.config, &tool) else {
-            router.keyed_finished(&id);
+            router.keyed_finished(call);
             if *cancelled.borrow() {
                 return;
             }
@@ -40,18 +40,18 @@ pub async fn serve(router: Arc<Router>, id: Value, body: Map<String, Value>) {
             router.forward_request(id, "tools/call".to_owned(), body);
             return;
         };
-        let call = ForwardedCall::from_params(
+        let forwarded_call = ForwardedCall::from_params(
             &params,
             Some(router.engine.clone()),
             &router.config.conversation_meta,
         );
-        let forward = forward(&router, &id, body);
-        let run = call.run(plan.spec, plan.key, forward);
+        let forward = forward(&router, call, body);
+        let run = forwarded_call.run(plan.spec, plan.key, forward);
         let outcome = tokio::select! {
             outcome = run => Some(outcome),
-            () = given_up(&mut cancelled, || router.keyed_forwarded(&id), router.config.cancel_wait) => None,
+            () = given_up(&mut cancelled, || router.keyed_forwarded(call), router.config.cancel_wait) => None,
         };
-        router.keyed_finished(&id);
+        router.keyed_finished(call);
         match outcome {
             Some(Ok(result)) => router.send_client(result_response(id, result)),
             Some(Err(error)) => router.send_client(serde_json::json!({
@@ -67,8 +67,8 @@ pub async fn serve(router: Arc<Router>, id: Value, body: Map<String, Value>) {
 }
 
 /// The body of a keyed call: the request to the server, and its answer (Y3, Y6).
-async fn forward(router: &Router, id: &Value, body: Map<String, Value>) -> ServerAnswer {
-    let reply = router.forward_keyed(id, body).await;
+async fn forward(router: &Router, call: KeyedCall, body: Map<String, Value>) -> ServerAnswer {
+    let reply = router.forward_keyed(call, body).await;
     match reply {
         Ok(Reply::Answer(mut answer)) => {
             match (answer.remove("result"), answer.remove("error")) {
@@ -98,10 +98,11 @@ async fn forward(router: &Router, id: &Value, body: Map<String, Value>) -> Serve
             )["error"]
                 .take(),
         ),
-        // The router dropped the waiter: the proxy is stopping.
-        Err(_) => ServerAnswer::NotDelivered(
-            error_response(Value::Null, INTERNAL_ERROR, "the proxy is stopping")["error"].take(),
-        ),
+        // The router dropped the waiter (the proxy is stopping): the request may have reached
+        // the server, so whether it took effect is unknown (U1), never released.
+        Err(_) => ServerAnswer::Lost {
+            reason: "the proxy stopped".to_owned(),
+        },
     }
 }
 

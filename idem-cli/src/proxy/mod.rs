@@ -169,11 +169,13 @@ async fn serve(config: Config, engine: Engine, command: Vec<OsString>) -> u8 {
         shutdown_seen,
     ));
     let mut fatal = router.fatal();
-    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    // Lines as bytes: one that is not UTF-8 is answered as a parse error (Y8), not taken
+    // for the end of the input.
+    let mut lines = BufReader::new(tokio::io::stdin()).split(b'\n');
     let code = loop {
         tokio::select! {
-            line = lines.next_line() => match line {
-                Ok(Some(line)) => router.from_client(&line),
+            line = lines.next_segment() => match line {
+                Ok(Some(line)) => router.from_client(&String::from_utf8_lossy(&line)),
                 Ok(None) | Err(_) => break 0,
             },
             _ = fatal.wait_for(Option::is_some) => break 1,

@@ -12,6 +12,9 @@ mod cli;
 mod common;
 mod decisions;
 mod held_after_crash;
+mod mcp_http;
+#[cfg(feature = "test-mcp-node")]
+mod mcp_http_node;
 mod mcp_proxy;
 #[cfg(feature = "test-mcp-python")]
 mod mcp_python;

@@ -120,9 +120,15 @@ impl HttpProxy {
             .await
         {
             Ok(response) => response,
+            // Written and unanswered: the effect may have happened (U1).
+            Err(error) if error.maybe_delivered => {
+                return ServerAnswer::Lost {
+                    reason: error.message,
+                }
+            }
             Err(error) => {
                 return ServerAnswer::NotDelivered(
-                    error_response(Value::Null, INTERNAL_ERROR, error)["error"].take(),
+                    error_response(Value::Null, INTERNAL_ERROR, error.message)["error"].take(),
                 )
             }
         };
@@ -153,7 +159,18 @@ impl HttpProxy {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner) = headers;
         }
-        match read_answer(response, id, &mut |event| relay(encode_sse(&event))).await {
+        let tools = Arc::clone(&self.tools);
+        let mut relay_event = |event: Sse| {
+            if event
+                .data
+                .as_deref()
+                .is_some_and(|d| d.contains("notifications/tools/list_changed"))
+            {
+                *tools.lock().unwrap_or_else(PoisonError::into_inner) = None;
+            }
+            relay(encode_sse(&event));
+        };
+        match read_answer(response, id, &mut relay_event).await {
             Ok(Answer::Message(mut message)) => {
                 match (message.remove("result"), message.remove("error")) {
                     (Some(Value::Object(result)), _) => ServerAnswer::Result(result),

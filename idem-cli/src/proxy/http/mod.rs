@@ -43,6 +43,9 @@ mod sse;
 
 use self::sse::{encode_sse, is_sse, parse_sse, read_answer, Answer};
 
+/// The method whose sight makes the proxy list the upstream's tools again (Y4).
+const LIST_CHANGED: &[u8] = b"notifications/tools/list_changed";
+
 /// The largest request body the proxy reads into memory to look into it, in bytes.
 pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
 
@@ -138,6 +141,21 @@ impl HttpProxy {
             Ok(bytes) => bytes,
             Err(response) => return response,
         };
+        if let Ok(Value::Array(batch)) = serde_json::from_slice::<Value>(&bytes) {
+            if batch
+                .iter()
+                .any(|m| m.get("method") == Some(&json!("tools/call")))
+            {
+                // A keyed call must not pass unkeyed inside a batch (JSON-RPC batches were
+                // removed from MCP in 2025-06-18): refused whole, nothing forwarded.
+                let message = error_response(
+                    Value::Null,
+                    super::jsonrpc::INVALID_REQUEST,
+                    "idem mcp-proxy does not take tools/call inside a JSON-RPC batch: send each tools/call as its own request",
+                );
+                return json_response(StatusCode::OK, &message);
+            }
+        }
         let message: Option<Map<String, Value>> = serde_json::from_slice(&bytes).ok();
         let method = message
             .as_ref()
@@ -191,38 +209,43 @@ impl HttpProxy {
                 };
                 Response::from_parts(head, body)
             }
-            Err(error) => bad_gateway(&error),
+            Err(error) => bad_gateway(&error.message),
         }
     }
 
+    /// Sends a request upstream. `Err` says whether the request may have reached the
+    /// upstream (anything but a failed connection: the effect may have happened).
     async fn send_upstream(
         &self,
         method: &Method,
         uri: &Uri,
         headers: &HeaderMap,
         body: Body,
-    ) -> Result<Response<Incoming>, String> {
+    ) -> Result<Response<Incoming>, UpstreamError> {
         let bytes = body
             .collect()
             .await
-            .map_err(|e| format!("reading the request: {e}"))?
+            .map_err(|e| UpstreamError::unsent(format!("reading the request: {e}")))?
             .to_bytes();
         let mut target = http::uri::Parts::from(self.upstream.clone());
         target.path_and_query = uri.path_and_query().cloned();
-        let target = Uri::from_parts(target).map_err(|e| e.to_string())?;
+        let target = Uri::from_parts(target).map_err(|e| UpstreamError::unsent(e.to_string()))?;
         let mut request = Request::builder().method(method.clone()).uri(target);
         for (name, value) in headers {
             if !HOP_BY_HOP.contains(&name.as_str()) {
                 request = request.header(name, value);
             }
         }
-        let request = request.body(Full::new(bytes)).map_err(|e| e.to_string())?;
-        self.client.request(request).await.map_err(|e| {
-            format!(
-                "the upstream MCP server at {} cannot be reached: {e}",
-                self.upstream
-            )
-        })
+        let request = request
+            .body(Full::new(bytes))
+            .map_err(|e| UpstreamError::unsent(e.to_string()))?;
+        self.client
+            .request(request)
+            .await
+            .map_err(|e| UpstreamError {
+                maybe_delivered: !e.is_connect(),
+                message: format!("the upstream MCP server at {} failed: {e}", self.upstream),
+            })
     }
 
     /// Passes an SSE stream through, and forgets the tool listing when the stream carries
@@ -230,11 +253,17 @@ impl HttpProxy {
     /// checks the configuration (Y4).
     fn watch_list_changed(&self, body: Incoming) -> Body {
         let tools = Arc::clone(&self.tools);
+        // The end of the previous chunk, so that a notification cut between two reads is seen.
+        let mut tail: Vec<u8> = Vec::new();
         let stream = body.into_data_stream().map(move |chunk| {
             if let Ok(chunk) = &chunk {
-                if contains(chunk, b"notifications/tools/list_changed") {
+                tail.extend_from_slice(chunk);
+                if contains(&tail, LIST_CHANGED) {
                     *tools.lock().unwrap_or_else(PoisonError::into_inner) = None;
+                    tail.clear();
                 }
+                let keep = tail.len().saturating_sub(LIST_CHANGED.len());
+                tail.drain(..keep);
             }
             chunk.map(Frame::data).map_err(|e| Box::new(e) as BoxError)
         });
@@ -340,17 +369,24 @@ impl HttpProxy {
                     &own,
                     full(Bytes::from(request.to_string())),
                 )
-                .await?;
-            let answer = read_answer(response, &json!(id), &mut |_| {}).await;
-            let page = match answer {
-                Ok(Answer::Message(message)) => {
-                    message.get("result").and_then(Value::as_object).cloned()
+                .await;
+            let page = match response {
+                Ok(response) if response.status().is_success() => {
+                    match read_answer(response, &json!(id), &mut |_| {}).await {
+                        Ok(Answer::Message(message)) => {
+                            message.get("result").and_then(Value::as_object).cloned()
+                        }
+                        _ => None,
+                    }
                 }
                 _ => None,
             };
             let Some(page) = page else {
-                tracing::warn!("the upstream's tools/list failed: no tool is known read-only");
-                break;
+                // A listing that failed (an expired session, an upstream error) says nothing
+                // of the tools: this call treats them as unlisted (keyed), nothing is kept,
+                // and the configuration is not checked against it.
+                tracing::warn!("the upstream's tools/list failed: this call's tool is keyed as unlisted; the next call lists again");
+                return Ok(Arc::new(table));
             };
             match table.add_page(&page) {
                 Some(next) if cursor.as_deref() != Some(next.as_str()) => cursor = Some(next),
@@ -409,6 +445,30 @@ fn bad_gateway(error: &str) -> Response<Body> {
     tracing::warn!("{error}");
     let message = error_response(Value::Null, INTERNAL_ERROR, error);
     json_response(StatusCode::BAD_GATEWAY, &message)
+}
+
+/// A request that did not get an upstream answer.
+#[derive(Debug)]
+pub(super) struct UpstreamError {
+    /// What went wrong.
+    pub message: String,
+    /// The request may have reached the upstream (only a failed connection says it did not).
+    pub maybe_delivered: bool,
+}
+
+impl UpstreamError {
+    fn unsent(message: String) -> Self {
+        UpstreamError {
+            message,
+            maybe_delivered: false,
+        }
+    }
+}
+
+impl From<UpstreamError> for String {
+    fn from(error: UpstreamError) -> String {
+        error.message
+    }
 }
 
 /// Reads a request body up to [`MAX_BODY_BYTES`].

@@ -23,18 +23,27 @@ impl Router {
         }
     }
 
-    /// Starts listing the server's tools unless a listing is under way.
+    /// Starts listing the server's tools; a listing asked for while one is under way runs
+    /// again after it (the tools may have changed since it began), and the earlier one's
+    /// answer is not used.
     pub fn probe_tools(self: &Arc<Self>) {
         {
             let mut state = self.state();
             if state.probing {
+                state.probe_again = true;
                 return;
             }
             state.probing = true;
         }
         let router = Arc::clone(self);
         tokio::spawn(async move {
-            let listed = router.list_tools().await;
+            let listed = loop {
+                let listed = router.list_tools().await;
+                let mut state = router.state();
+                if !std::mem::take(&mut state.probe_again) {
+                    break listed;
+                }
+            };
             let Some(table) = listed else {
                 // The server went away meanwhile: its restart lists the tools again.
                 router.state().probing = false;
@@ -96,6 +105,14 @@ impl Router {
                 Some(next) if cursor.as_deref() != Some(next.as_str()) => cursor = Some(next),
                 _ => return Some(table),
             }
+        }
+    }
+
+    /// After a restart: lists the tools again unless they are listed (a listing lost with
+    /// the old process would otherwise leave calls waiting for it, Y6).
+    pub fn probe_if_unlisted(self: &Arc<Self>) {
+        if self.tools.borrow().is_none() {
+            self.probe_tools();
         }
     }
 

@@ -47,6 +47,10 @@ pub enum Reply {
     NotDelivered(String),
 }
 
+/// A keyed call in progress, as the router knows it.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyedCall(u64);
+
 /// Who waits for a request sent to the server.
 #[derive(Debug)]
 enum Waiter {
@@ -63,9 +67,12 @@ struct Pending {
     waiter: Waiter,
 }
 
-/// A keyed call in progress, by the client's request id (Y7).
+/// A keyed call in progress (Y7), by a number of its own: a client may reuse a request id
+/// while an earlier call with it still runs (Y5).
 #[derive(Debug)]
 struct KeyedEntry {
+    /// The client's request id, as text.
+    client_id: String,
     cancelled: watch::Sender<bool>,
     /// The proxy id of its request to the server, once forwarded.
     proxy_id: Option<u64>,
@@ -82,7 +89,7 @@ struct State {
     to_client: HashMap<u64, (u64, Value)>,
     /// The same, by (generation, the server's id as text): for the server's cancellations.
     server_ids: HashMap<(u64, String), u64>,
-    keyed: HashMap<String, KeyedEntry>,
+    keyed: HashMap<u64, KeyedEntry>,
     /// The params of the client's `initialize`, for re-initialising a restarted server.
     initialize: Option<Value>,
     /// The client sent `notifications/initialized`.
@@ -90,6 +97,8 @@ struct State {
     /// The protocol `_meta` members of the client's latest request.
     protocol_meta: Map<String, Value>,
     probing: bool,
+    /// A listing was asked for while one was under way.
+    probe_again: bool,
     /// The client's `initialize` was answered with a result since the last restart.
     initialize_answered: bool,
 }
@@ -161,7 +170,7 @@ impl Router {
         let (clients, tasks, keyed) = {
             let mut state = self.state();
             let pending: Vec<Pending> = state.to_server.drain().map(|(_, p)| p).collect();
-            let keyed: Vec<String> = state.keyed.drain().map(|(id, _)| id).collect();
+            let keyed: Vec<String> = state.keyed.drain().map(|(_, e)| e.client_id).collect();
             let (clients, tasks): (Vec<_>, Vec<_>) = pending
                 .into_iter()
                 .partition(|p| matches!(p.waiter, Waiter::Client { .. }));
@@ -313,7 +322,7 @@ impl Router {
     /// with the proxy's own id (Y3, Y5).
     pub fn forward_keyed(
         &self,
-        client_id: &Value,
+        call: KeyedCall,
         mut body: Map<String, Value>,
     ) -> oneshot::Receiver<Reply> {
         let (sender, receiver) = oneshot::channel();
@@ -327,7 +336,7 @@ impl Router {
                     waiter: Waiter::Task(sender),
                 },
             );
-            if let Some(entry) = state.keyed.get_mut(&id_text(client_id)) {
+            if let Some(entry) = state.keyed.get_mut(&call.0) {
                 entry.proxy_id = Some(proxy_id);
             }
             proxy_id
@@ -337,34 +346,38 @@ impl Router {
         receiver
     }
 
-    /// Registers a keyed call of the client's request `client_id`; its cancellation flag.
-    pub fn keyed_started(&self, client_id: &Value) -> watch::Receiver<bool> {
+    /// Registers a keyed call of the client's request `client_id`: its handle and its
+    /// cancellation flag.
+    pub fn keyed_started(&self, client_id: &Value) -> (KeyedCall, watch::Receiver<bool>) {
         let (cancelled, receiver) = watch::channel(false);
-        self.state().keyed.insert(
-            id_text(client_id),
+        let mut state = self.state();
+        let number = next_id(&mut state);
+        state.keyed.insert(
+            number,
             KeyedEntry {
+                client_id: id_text(client_id),
                 cancelled,
                 proxy_id: None,
             },
         );
-        receiver
+        (KeyedCall(number), receiver)
     }
 
-    /// The keyed call of `client_id` is over: forgets it and its request to the server.
-    pub fn keyed_finished(&self, client_id: &Value) {
+    /// The keyed call is over: forgets it and its request to the server.
+    pub fn keyed_finished(&self, call: KeyedCall) {
         let mut state = self.state();
-        if let Some(entry) = state.keyed.remove(&id_text(client_id)) {
+        if let Some(entry) = state.keyed.remove(&call.0) {
             if let Some(proxy_id) = entry.proxy_id {
                 state.to_server.remove(&proxy_id);
             }
         }
     }
 
-    /// Whether the keyed call of `client_id` was forwarded to the server yet.
-    pub fn keyed_forwarded(&self, client_id: &Value) -> bool {
+    /// Whether the keyed call was forwarded to the server yet.
+    pub fn keyed_forwarded(&self, call: KeyedCall) -> bool {
         self.state()
             .keyed
-            .get(&id_text(client_id))
+            .get(&call.0)
             .is_some_and(|entry| entry.proxy_id.is_some())
     }
 
@@ -378,12 +391,20 @@ impl Router {
         let text = id_text(&request_id);
         let proxy_id = {
             let state = self.state();
-            match state.keyed.get(&text) {
-                Some(entry) => {
+            let mut keyed = state
+                .keyed
+                .values()
+                .filter(|e| e.client_id == text)
+                .peekable();
+            if keyed.peek().is_some() {
+                let mut forwarded = None;
+                for entry in keyed {
                     entry.cancelled.send_replace(true);
-                    entry.proxy_id
+                    forwarded = forwarded.or(entry.proxy_id);
                 }
-                None => state.client_ids.get(&text).copied(),
+                forwarded
+            } else {
+                state.client_ids.get(&text).copied()
             }
         };
         match proxy_id {

@@ -222,7 +222,7 @@ impl McpCall {
         }
         let (prepared, context, refused) = match self.keyed(spec, arguments) {
             Ok(keyed) => keyed,
-            Err(refusal) => return Ok(refusal.into()),
+            Err(refusal) => return Ok((*refusal).into()),
         };
         let key = prepared.key().clone();
         // rmcp runs a sync tool inline in its handler's future, which then never returns
@@ -257,9 +257,9 @@ impl McpCall {
         &self,
         spec: &'static ToolSpec,
         arguments: ArgumentSelection,
-    ) -> Result<(PreparedCall, CallContext, Refused<'_>), CallToolResult> {
+    ) -> Result<(PreparedCall, CallContext, Refused<'_>), Box<CallToolResult>> {
         if let Err(message) = arguments.check_names(spec.name) {
-            return Err(bad_configuration(message));
+            return Err(Box::new(bad_configuration(message)));
         }
         let mut refused = Refused {
             conversation_meta_key: &self.settings.conversation_meta_key,
@@ -267,7 +267,7 @@ impl McpCall {
         };
         let (context, client_key) = match self.call_context(spec) {
             Ok(found) => found,
-            Err(problem) => return Err(bad_meta(problem.message())),
+            Err(problem) => return Err(Box::new(bad_meta(problem.message()))),
         };
         refused.client_key = client_key.is_some();
         let keyed = match client_key {
@@ -276,7 +276,7 @@ impl McpCall {
         };
         match keyed {
             Ok((prepared, context)) => Ok((prepared, context, refused)),
-            Err(error) => Err(layer_error(&error, None, refused)),
+            Err(error) => Err(Box::new(layer_error(&error, None, refused))),
         }
     }
 

@@ -187,7 +187,7 @@ impl ForwardedCall {
         };
         let (prepared, context, refused) = match self.call.keyed(spec, selection) {
             Ok(keyed) => keyed,
-            Err(refusal) => return Ok(to_object(refusal, self.result_type)),
+            Err(refusal) => return Ok(to_object(*refusal, self.result_type)),
         };
         let key = prepared.key().clone();
         let result_type = self.result_type;
