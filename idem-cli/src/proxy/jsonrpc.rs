@@ -121,6 +121,22 @@ pub fn result_response(id: Value, result: Map<String, Value>) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "result": result})
 }
 
+/// A `tools/call` request's `params` object (empty when absent or not an object) and the
+/// tool's name in it (empty when absent).
+pub fn tool_call(message: &Map<String, Value>) -> (Map<String, Value>, String) {
+    let params = message
+        .get("params")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let tool = params
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    (params, tool)
+}
+
 /// "a string", "an array"…: what a JSON value is, for messages.
 pub fn kind(value: &Value) -> &'static str {
     match value {

@@ -9,21 +9,12 @@ use serde_json::{Map, Value};
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use super::jsonrpc::{error_response, result_response, INTERNAL_ERROR};
+use super::jsonrpc::{error_response, result_response, tool_call, INTERNAL_ERROR};
 use super::router::{KeyedCall, Reply, Router};
 
 /// Serves the client's `tools/call` request `id` (the whole message `body`).
 pub async fn serve(router: Arc<Router>, id: Value, body: Map<String, Value>) {
-    let params = body
-        .get("params")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
-    let tool = params
-        .get("name")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
+    let (params, tool) = tool_call(&body);
     let span = tracing::info_span!("mcp_proxy.call", tool = %tool, request = %id);
     async move {
         let (call, mut cancelled) = router.keyed_started(&id);

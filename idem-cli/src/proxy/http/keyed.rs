@@ -13,16 +13,7 @@ impl HttpProxy {
         id: Value,
         message: Map<String, Value>,
     ) -> Response<Body> {
-        let params = message
-            .get("params")
-            .and_then(Value::as_object)
-            .cloned()
-            .unwrap_or_default();
-        let tool = params
-            .get("name")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned();
+        let (params, tool) = super::super::jsonrpc::tool_call(&message);
         let table = match self.tool_table(&parts.headers).await {
             Ok(table) => table,
             Err(problem) => {

@@ -50,6 +50,21 @@ pub struct McpCall {
     keyed_by_server: bool,
 }
 
+/// A saved or replayed `result` of the call keyed in `context`, as every caller gets it, and
+/// its status: the first caller gets it as a replay will return it (M5, S12).
+pub(crate) fn as_handed_out<T>(context: &CallContext, result: T) -> (T, CallStatus)
+where
+    T: serde::Serialize + serde::de::DeserializeOwned,
+{
+    let status = context
+        .last_outcome()
+        .map_or(CallStatus::Executed, |record| record.status);
+    match status {
+        CallStatus::Replayed => (result, status),
+        _ => (Envelope::as_replayed(result), status),
+    }
+}
+
 /// Which members of a call's arguments object form its key (K8): all of them (`key: None`),
 /// or only those named in `key`; the others form the fingerprint (S9). Members named in
 /// `skip` are in neither. Written by the `#[idempotent]` attribute from its `key(…)` and
@@ -230,14 +245,7 @@ impl McpCall {
         // during each poll as well (L1).
         match prepared.run_may_block(classify(body)).await {
             Ok(result) => {
-                let status = context
-                    .last_outcome()
-                    .map_or(CallStatus::Executed, |record| record.status);
-                // The first caller gets the result as a replay will return it (M5).
-                let result = match status {
-                    CallStatus::Replayed => result,
-                    _ => Envelope::as_replayed(result),
-                };
+                let (result, status) = as_handed_out(&context, result);
                 Ok(with_status(result, status_name(status), &key).into())
             }
             Err(McpFailure::Idem(error)) => Ok(layer_error(&error, Some(&key), refused).into()),

@@ -14,14 +14,13 @@ use std::sync::Arc;
 use ::rmcp::model::{CallToolResult, JsonObject, RequestMetaObject};
 use serde_json::Value;
 
-use super::call::{ArgumentSelection, McpCall};
+use super::call::{as_handed_out, ArgumentSelection, McpCall};
 use super::intern::intern;
 use super::names::{ERROR, KEY, OUTCOME_UNKNOWN, RETRYABLE, STATUS};
 use super::outcome::McpFailure;
 use super::results::{layer_error, status_name};
 use super::settings::{check_conversation_meta_key, check_spec, CallSettings, ServerConfigError};
 use crate::engine::Engine;
-use crate::envelope::Envelope;
 use crate::key::IdempotencyKey;
 use crate::outcome::CallStatus;
 use crate::spec::{OnUnknown, ToolSpec};
@@ -200,13 +199,7 @@ impl ForwardedCall {
             .await;
         match outcome {
             Ok(result) => {
-                let status = context
-                    .last_outcome()
-                    .map_or(CallStatus::Executed, |record| record.status);
-                let result = match status {
-                    CallStatus::Replayed => result,
-                    _ => Envelope::as_replayed(result),
-                };
+                let (result, status) = as_handed_out(&context, result);
                 Ok(with_status(result, status_name(status), &key))
             }
             Err(McpFailure::Idem(error)) => Ok(to_object(
