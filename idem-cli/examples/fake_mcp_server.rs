@@ -85,6 +85,7 @@ fn tools() -> Value {
         json!({"name": "slow", "inputSchema": object(json!({"ms": {"type": "integer"}}))}),
         json!({"name": "garbage", "inputSchema": object(json!({}))}),
         json!({"name": "echo_id", "inputSchema": object(json!({}))}),
+        json!({"name": "bad_result", "inputSchema": object(json!({}))}),
         json!({"name": "drop_refund_tool", "inputSchema": object(json!({}))}),
     ]);
     json!({ "tools": tools })
@@ -170,6 +171,10 @@ fn call(out: &Out, cancelled: &Arc<Mutex<HashSet<String>>>, id: Value, params: &
             out.result(&id, text("ok"));
         }
         "echo_id" => out.result(&id, text(id.to_string())),
+        "bad_result" => {
+            append("FAKE_EFFECTS", "bad_result");
+            out.result(&id, json!(42));
+        }
         "drop_refund_tool" => {
             REFUND_LISTED.store(false, Ordering::SeqCst);
             out.result(&id, text("dropped"));

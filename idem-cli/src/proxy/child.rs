@@ -163,7 +163,13 @@ async fn feed(
 async fn send(router: &Router, stdin: &mut ChildStdin, next: Outgoing, generation: u64) {
     let Outgoing { proxy_id, message } = next;
     if let Some(id) = proxy_id {
-        router.written(id, generation);
+        if !router.written(id, generation) {
+            tracing::debug!(
+                proxy_id = id,
+                "not written: its request was answered as not delivered"
+            );
+            return;
+        }
     }
     if let Err(error) = write_line(stdin, &message).await {
         tracing::warn!("cannot write to the MCP server: {error}");
@@ -192,7 +198,9 @@ async fn reinitialise(router: &Arc<Router>, stdin: &mut ChildStdin, generation: 
     let (proxy_id, reply) = router.request_unsent("initialize");
     let request =
         json!({"jsonrpc": "2.0", "id": proxy_id, "method": "initialize", "params": params});
-    router.written(proxy_id, generation);
+    if !router.written(proxy_id, generation) {
+        return false;
+    }
     if let Err(error) = write_line(stdin, &request).await {
         router.not_delivered(proxy_id, &error.to_string());
         return false;

@@ -63,6 +63,26 @@ struct ToolFile {
     on_cancel: Option<Policy>,
 }
 
+impl ToolFile {
+    /// The names of the settings given that only a keyed call uses.
+    fn keyed_settings(&self) -> Vec<&'static str> {
+        [
+            ("key", self.key.is_some()),
+            ("scope", self.scope.is_some()),
+            ("require_approval", self.require_approval.is_some()),
+            ("ttl", self.ttl.is_some()),
+            ("lease", self.lease.is_some()),
+            ("wait", self.wait.is_some()),
+            ("heartbeat", self.heartbeat.is_some()),
+            ("on_unknown", self.on_unknown.is_some()),
+            ("on_cancel", self.on_cancel.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, given)| given.then_some(name))
+        .collect()
+    }
+}
+
 /// The call-protocol settings, at the top level (defaults) or per tool (serde cannot refuse
 /// unknown members of a flattened struct, so both tables list them and hand them over).
 #[derive(Debug, Default, Clone, Copy)]
@@ -116,6 +136,19 @@ pub struct ToolPlan {
     pub key: Option<&'static [&'static str]>,
 }
 
+/// A `[tools.NAME]` table, as the check against the server's listing sees it (Y4).
+#[derive(Debug, Clone, Copy)]
+pub struct NamedTool<'c> {
+    /// The tool's name.
+    pub name: &'c str,
+    /// The identity members it names (empty: none named).
+    pub key: &'c [&'static str],
+    /// Its `keyed` line, if any.
+    pub keyed: Option<bool>,
+    /// The settings of a keyed call it gives, by name.
+    pub keyed_settings: &'c [&'static str],
+}
+
 /// The configuration, checked (Y4).
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -135,6 +168,9 @@ struct ToolOverride {
     keyed: Option<bool>,
     spec: ToolSpec,
     key: Option<&'static [&'static str]>,
+    /// The settings of a keyed call the table gives (`key`, `scope`, `require_approval`,
+    /// spans, policies), by name: each would be ignored on a tool that is passed through.
+    keyed_settings: Vec<&'static str>,
 }
 
 /// A configuration that cannot be used: the message names the file, the member and why.
@@ -186,6 +222,12 @@ impl Config {
         let mut tools = BTreeMap::new();
         for (name, tool) in file.tools {
             let at = |what: String| bad(format!("[tools.{name}] {what}"));
+            let keyed_settings = tool.keyed_settings();
+            if let (Some(false), Some(first)) = (tool.keyed, keyed_settings.first()) {
+                return Err(at(format!(
+                    "keyed = false passes every call through unkeyed, so `{first}` would never apply: remove it, or the line `keyed = false`"
+                )));
+            }
             let own = Settings {
                 ttl: tool.ttl,
                 lease: tool.lease,
@@ -229,6 +271,7 @@ impl Config {
                     keyed: tool.keyed,
                     spec,
                     key,
+                    keyed_settings,
                 },
             );
         }
@@ -241,11 +284,14 @@ impl Config {
         })
     }
 
-    /// The tools the file names, with the identity members each names.
-    pub fn named_tools(&self) -> impl Iterator<Item = (&str, &[&'static str])> {
-        self.tools
-            .iter()
-            .map(|(name, tool)| (name.as_str(), tool.key.unwrap_or_default()))
+    /// The tools the file names, each with what the listing must agree with (Y4).
+    pub fn named_tools(&self) -> impl Iterator<Item = NamedTool<'_>> {
+        self.tools.iter().map(|(name, tool)| NamedTool {
+            name,
+            key: tool.key.unwrap_or_default(),
+            keyed: tool.keyed,
+            keyed_settings: &tool.keyed_settings,
+        })
     }
 
     /// How a call of `tool` is handled: `None` passes it through unkeyed (the file says
@@ -385,5 +431,10 @@ mod tests {
         assert!(e.contains("require_approval"), "{e}");
         let e = refused("[tools.x]\nkey = [\"\"]\n");
         assert!(e.contains("key"), "{e}");
+        let e = refused("[tools.x]\nkeyed = false\nrequire_approval = true\n");
+        assert!(
+            e.contains("[tools.x]") && e.contains("`require_approval` would never apply"),
+            "{e}"
+        );
     }
 }

@@ -12,23 +12,32 @@ use tracing::Instrument;
 use super::jsonrpc::{error_response, result_response, tool_call, INTERNAL_ERROR};
 use super::router::{KeyedCall, Reply, Router};
 
-/// Serves the client's `tools/call` request `id` (the whole message `body`).
-pub async fn serve(router: Arc<Router>, id: Value, body: Map<String, Value>) {
+/// Serves the client's `tools/call` request `id` (the whole message `body`), registered
+/// with the router as `call` (whose cancellation flag is `cancelled`).
+pub async fn serve(
+    router: Arc<Router>,
+    id: Value,
+    body: Map<String, Value>,
+    call: KeyedCall,
+    mut cancelled: watch::Receiver<bool>,
+) {
     let (params, tool) = tool_call(&body);
     let span = tracing::info_span!("mcp_proxy.call", tool = %tool, request = %id);
     async move {
-        let (call, mut cancelled) = router.keyed_started(&id);
+        let mut stopping = router.stopping();
+        // Each answer is sent before the call is finished: the proxy, winding down, exits
+        // once no keyed call is left, and what was sent by then reaches the client.
         let Some(table) = router.tool_table().await else {
-            // The proxy is stopping; `stop` answered this request.
+            router.send_client(error_response(id, INTERNAL_ERROR, stopped(&stopping)));
+            router.keyed_finished(call);
             return;
         };
         let Some(plan) = table.plan(&router.config, &tool) else {
-            router.keyed_finished(call);
-            if *cancelled.borrow() {
-                return;
+            if !*cancelled.borrow() {
+                tracing::debug!("not keyed: passed through");
+                router.forward_request(id, "tools/call".to_owned(), body);
             }
-            tracing::debug!("not keyed: passed through");
-            router.forward_request(id, "tools/call".to_owned(), body);
+            router.keyed_finished(call);
             return;
         };
         let forwarded_call = ForwardedCall::from_params(
@@ -39,47 +48,56 @@ pub async fn serve(router: Arc<Router>, id: Value, body: Map<String, Value>) {
         let forward = forward(&router, call, body);
         let run = forwarded_call.run(plan.spec, plan.key, forward);
         let outcome = tokio::select! {
-            outcome = run => Some(outcome),
-            () = given_up(&mut cancelled, || router.keyed_forwarded(call), router.config.cancel_wait) => None,
+            outcome = run => Ended::Outcome(outcome),
+            () = given_up(&mut cancelled, || router.keyed_forwarded(call), router.config.cancel_wait) => Ended::Cancelled,
+            // Still waiting for its claim or the tool listing: nothing reached the server.
+            // Once forwarded, the router's wind-down ends the body (unknown or released).
+            () = async {
+                let _ = stopping.wait_for(Option::is_some).await;
+                if router.keyed_forwarded(call) {
+                    std::future::pending::<()>().await;
+                }
+            } => Ended::Stopping,
         };
-        router.keyed_finished(call);
         match outcome {
-            Some(Ok(result)) => router.send_client(result_response(id, result)),
-            Some(Err(error)) => router.send_client(serde_json::json!({
+            Ended::Outcome(Ok(result)) => router.send_client(result_response(id, result)),
+            Ended::Outcome(Err(error)) => router.send_client(serde_json::json!({
                 "jsonrpc": "2.0", "id": id, "error": error,
             })),
-            None => tracing::info!(
+            Ended::Cancelled => tracing::info!(
                 "cancelled by the client and not answered by the server: the call ended as its on_cancel says"
             ),
+            Ended::Stopping => {
+                router.send_client(error_response(id, INTERNAL_ERROR, stopped(&stopping)));
+            }
         }
+        router.keyed_finished(call);
     }
     .instrument(span)
     .await;
+}
+
+/// How a keyed call's task ended.
+enum Ended {
+    Outcome(Result<Map<String, Value>, Value>),
+    Cancelled,
+    Stopping,
+}
+
+/// The error text for a request the proxy ends because it stops.
+fn stopped(stopping: &watch::Receiver<Option<String>>) -> String {
+    let why = stopping.borrow().clone();
+    format!(
+        "{}; the call was not forwarded to the MCP server: retry",
+        why.unwrap_or_else(|| "the proxy is stopping".to_owned())
+    )
 }
 
 /// The body of a keyed call: the request to the server, and its answer (Y3, Y6).
 async fn forward(router: &Router, call: KeyedCall, body: Map<String, Value>) -> ServerAnswer {
     let reply = router.forward_keyed(call, body).await;
     match reply {
-        Ok(Reply::Answer(mut answer)) => {
-            match (answer.remove("result"), answer.remove("error")) {
-                (Some(Value::Object(result)), _) => ServerAnswer::Result(result),
-                (_, Some(error)) => ServerAnswer::Error(error),
-                (other, None) => {
-                    // A result that is not an object is no MCP result: refused, not saved.
-                    let shown = other.map_or_else(|| "nothing".to_owned(), |v| v.to_string());
-                    tracing::warn!("the server answered tools/call with {shown}");
-                    ServerAnswer::Error(
-                    error_response(
-                        Value::Null,
-                        INTERNAL_ERROR,
-                        format!("the MCP server answered with a result that is not an object: {shown}"),
-                    )["error"]
-                        .take(),
-                )
-                }
-            }
-        }
+        Ok(Reply::Answer(answer)) => ServerAnswer::from_response(answer),
         Ok(Reply::Lost(why)) => ServerAnswer::Lost { reason: why },
         Ok(Reply::NotDelivered(why)) => ServerAnswer::NotDelivered(
             error_response(

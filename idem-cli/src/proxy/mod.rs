@@ -169,6 +169,7 @@ async fn serve(config: Config, engine: Engine, command: Vec<OsString>) -> u8 {
         shutdown_seen,
     ));
     let mut fatal = router.fatal();
+    let mut stop_signal = StopSignal::new();
     // Lines as bytes: one that is not UTF-8 is answered as a parse error (Y8), not taken
     // for the end of the input.
     let mut lines = BufReader::new(tokio::io::stdin()).split(b'\n');
@@ -178,19 +179,37 @@ async fn serve(config: Config, engine: Engine, command: Vec<OsString>) -> u8 {
                 Ok(Some(line)) => router.from_client(&String::from_utf8_lossy(&line)),
                 Ok(None) | Err(_) => break 0,
             },
+            signal = stop_signal.received() => {
+                tracing::info!("{signal}: the proxy stops as when its input ends");
+                break 0;
+            }
             _ = fatal.wait_for(Option::is_some) => break 1,
         }
     };
     if code == 0 {
-        // The client is gone: the keyed calls in progress still save their outcomes, and a
-        // tool listing under way still checks the configuration.
+        // The client's input is closed, its output may still be read: the requests in
+        // flight still get their answers, keyed calls still save their outcomes, and a tool
+        // listing under way still checks the configuration (Y9).
         let deadline = tokio::time::Instant::now() + router.config.cancel_wait;
-        while (router.keyed_in_progress() > 0 || router.probing())
+        while (router.client_requests_in_flight() > 0 || router.probing())
             && tokio::time::Instant::now() < deadline
             && router.fatal().borrow().is_none()
         {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(20)) => {}
+                signal = stop_signal.received() => {
+                    tracing::info!("{signal} again: the proxy stops now");
+                    break;
+                }
+            }
         }
+        router.wind_down("the proxy is stopping (its client closed its input or it was signalled)");
+    }
+    // Every keyed call now ends: it answers, saves, releases or marks its outcome unknown
+    // in the store before the proxy exits.
+    let deadline = tokio::time::Instant::now() + WIND_DOWN;
+    while router.keyed_in_progress() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let code = match router.fatal().borrow().as_ref() {
         Some((_, fatal_code)) => *fatal_code,
@@ -201,6 +220,39 @@ async fn serve(config: Config, engine: Engine, command: Vec<OsString>) -> u8 {
     router.send_client(Value::Null);
     let _ = writer.await;
     code
+}
+
+/// How long the proxy waits, once it stops, for its keyed calls to write what they came to
+/// in the store (the store steps left after the wind-down, not the server's answers).
+pub(crate) const WIND_DOWN: Duration = Duration::from_secs(5);
+
+/// SIGTERM and SIGINT, which stop the proxy as the end of its input does (Y9).
+pub(crate) struct StopSignal {
+    #[cfg(unix)]
+    terminate: Option<tokio::signal::unix::Signal>,
+}
+
+impl StopSignal {
+    pub(crate) fn new() -> Self {
+        StopSignal {
+            #[cfg(unix)]
+            terminate: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                .ok(),
+        }
+    }
+
+    /// The next signal's name.
+    pub(crate) async fn received(&mut self) -> &'static str {
+        #[cfg(unix)]
+        if let Some(terminate) = self.terminate.as_mut() {
+            return tokio::select! {
+                _ = terminate.recv() => "SIGTERM",
+                _ = tokio::signal::ctrl_c() => "SIGINT",
+            };
+        }
+        let _ = tokio::signal::ctrl_c().await;
+        "SIGINT"
+    }
 }
 
 /// Writes each message to stdout as one line, until the `null` that ends the proxy.

@@ -65,8 +65,12 @@ impl ToolTable {
 
     /// The first thing `config` names that the server does not have (Y4): a tool it does not
     /// list, or a `key` member that is not a property of the tool's `inputSchema`.
+    /// A tool the server annotates `readOnlyHint` is passed through unless the file says
+    /// `keyed = true`, so a keyed call's setting for it (`require_approval`, `key`…) without
+    /// that line is refused too: it would never apply.
     pub fn check(&self, config: &Config) -> Result<(), String> {
-        for (name, key) in config.named_tools() {
+        for named in config.named_tools() {
+            let (name, key) = (named.name, named.key);
             let Some(tool) = self.tools.get(name) else {
                 let mut listed: Vec<&str> = self.tools.keys().map(String::as_str).collect();
                 listed.sort_unstable();
@@ -79,6 +83,13 @@ impl ToolTable {
                     }
                 ));
             };
+            if let (true, None, Some(first)) =
+                (tool.read_only, named.keyed, named.keyed_settings.first())
+            {
+                return Err(format!(
+                    "the config's [tools.{name}] sets `{first}`, but the server annotates `{name}` readOnlyHint, so its calls are passed through unkeyed and `{first}` would never apply: add `keyed = true` to key them, or remove it"
+                ));
+            }
             for member in key {
                 let known = tool
                     .properties
@@ -151,10 +162,39 @@ mod tests {
             e.contains("`order`") && e.contains("amount_cents, order_id"),
             "{e}"
         );
-        let none = Config::parse("[tools.lookup]\nkey = [\"q\"]\n", "c").unwrap();
+        let none = Config::parse("[tools.lookup]\nkeyed = true\nkey = [\"q\"]\n", "c").unwrap();
         assert!(table
             .check(&none)
             .unwrap_err()
             .contains("lists no properties"));
+    }
+
+    // pins Y2, Y4: a keyed call's setting on a tool annotated read-only, without
+    // `keyed = true`, would never apply: refused by name
+    #[test]
+    fn settings_for_read_only_tools_need_keyed() {
+        let table = table();
+        let silent = Config::parse("[tools.lookup]\nrequire_approval = true\n", "c").unwrap();
+        let e = table.check(&silent).unwrap_err();
+        assert!(
+            e.contains("`require_approval`")
+                && e.contains("readOnlyHint")
+                && e.contains("keyed = true"),
+            "{e}"
+        );
+        let keyed = Config::parse(
+            "[tools.lookup]\nkeyed = true\nrequire_approval = true\n",
+            "c",
+        )
+        .unwrap();
+        assert_eq!(table.check(&keyed), Ok(()));
+        assert!(table
+            .plan(&keyed, "lookup")
+            .unwrap()
+            .spec
+            .approval
+            .is_some());
+        let unkeyed = Config::parse("[tools.send_refund]\nkeyed = false\n", "c").unwrap();
+        assert_eq!(table.check(&unkeyed), Ok(()));
     }
 }

@@ -1769,3 +1769,56 @@ async fn a_keyed_call_in_a_batch_is_not_forwarded_unkeyed() {
     })
     .await;
 }
+
+// pins Y9, Y10: SIGTERM stops the HTTP proxy taking requests, and a keyed call in progress
+// still gets the upstream's answer, which reaches the client, saved; the proxy exits 0
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_a_keyed_call_in_progress_finish() {
+    bounded(async {
+        let fake = Fake::start().await;
+        let mut proxy = Proxy::start(&fake.url(), None);
+        let mut client = Mcp::new(proxy.url());
+        client.initialize().await;
+        fake.set_refund(Refund::SseGated);
+        let call = tokio::spawn(async move {
+            client
+                .call(
+                    "send_refund",
+                    refund_args("T-1", 300),
+                    in_conversation("conv-term"),
+                )
+                .await
+        });
+        while fake.refunds() == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let pid = proxy.child.id().to_string();
+        assert!(Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            proxy.child.try_wait().unwrap().is_none(),
+            "the proxy waits for its keyed call{}",
+            proxy.log()
+        );
+        fake.state.gate.notify_one();
+        let (id, reply) = call.await.unwrap();
+        let result = reply.answer(id)["result"].clone();
+        assert_eq!(status(&result), "executed", "{result}{}", proxy.log());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let code = loop {
+            if let Some(exit) = proxy.child.try_wait().unwrap() {
+                break exit.code();
+            }
+            assert!(Instant::now() < deadline, "still running{}", proxy.log());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert_eq!(code, Some(0), "{}", proxy.log());
+        assert!(proxy.log().contains("SIGTERM"), "{}", proxy.log());
+        assert_eq!(fake.refunds(), 1);
+    })
+    .await;
+}

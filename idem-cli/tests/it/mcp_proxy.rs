@@ -7,6 +7,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -31,12 +32,16 @@ struct Proxy {
     lines: Receiver<Value>,
     /// Messages that arrived while waiting for another.
     seen: Vec<Value>,
-    dir: tempfile::TempDir,
+    dir: Arc<tempfile::TempDir>,
 }
 
 impl Proxy {
     fn start(config: &str) -> Proxy {
-        let dir = tempfile::tempdir().unwrap();
+        Proxy::start_in(Arc::new(tempfile::tempdir().unwrap()), config)
+    }
+
+    /// A proxy whose store and files are in `dir` (another proxy's, to share its store).
+    fn start_in(dir: Arc<tempfile::TempDir>, config: &str) -> Proxy {
         let config_path = dir.path().join("idem.toml");
         std::fs::write(&config_path, config).unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_idem"))
@@ -174,6 +179,11 @@ impl Proxy {
     /// Closes the proxy's input and waits for it: its exit status and stderr.
     fn finish(mut self) -> (i32, String) {
         drop(self.stdin.take());
+        self.wait()
+    }
+
+    /// Waits for the proxy to exit: its exit status and stderr.
+    fn wait(&mut self) -> (i32, String) {
         let output = self.child.take().unwrap().wait_with_output().unwrap();
         (
             output.status.code().unwrap_or(-1),
@@ -444,4 +454,143 @@ fn a_tool_that_requires_approval_waits_for_idem_approve() {
         "{replayed}"
     );
     assert_eq!(proxy.file("effects"), ["o1 900"]);
+}
+
+/// Sends `signal` (`TERM`, `INT`) to the proxy.
+fn signal(proxy: &Proxy, signal: &str) {
+    let pid = proxy.child.as_ref().unwrap().id().to_string();
+    let status = Command::new("kill")
+        .args([&format!("-{signal}"), &pid])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Waits until the server's effects file has `count` lines.
+fn wait_for_effects(proxy: &Proxy, count: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while proxy.file("effects").len() < count {
+        assert!(Instant::now() < deadline, "{:?}", proxy.file("effects"));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+// pins Y9, S7, U4: a client that writes a keyed call and closes its input at once (a
+// discovery-era client never initialises): the proxy lists the tools, forwards the call,
+// answers it and saves the outcome before it exits, so a later proxy on the store replays
+// it; nothing is left in progress
+#[test]
+fn a_call_sent_just_before_the_input_closes_is_answered_and_saved() {
+    let mut proxy = Proxy::start("");
+    let args = json!({"order_id": "o9", "amount_cents": 7});
+    proxy.send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "send_refund", "arguments": args, "_meta": {"conversationId": "c1"}}}));
+    drop(proxy.stdin.take());
+    let answer = proxy.response(json!(1));
+    assert_eq!(text(&answer), "refund #1", "{answer}");
+    let (code, stderr) = proxy.wait();
+    assert_eq!(code, 0, "{stderr}");
+    let dir = Arc::clone(&proxy.dir);
+    drop(proxy);
+
+    let mut again = Proxy::start_in(dir, "");
+    let replayed = again.call(2, "send_refund", args);
+    assert_eq!(
+        replayed["result"]["_meta"]["idem/status"], "replayed",
+        "{replayed}"
+    );
+    assert_eq!(again.file("effects"), ["o9 7"]);
+}
+
+// pins Y9: SIGTERM stops the proxy as the end of its input does: a keyed call in progress
+// gets the server's answer, saved and replayed later; the proxy exits 0
+#[test]
+fn sigterm_lets_a_keyed_call_in_progress_finish() {
+    let mut proxy = Proxy::start("");
+    proxy.initialize();
+    proxy.send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "slow", "arguments": {"ms": 1500}, "_meta": {"conversationId": "c1"}}}));
+    wait_for_effects(&proxy, 1);
+    signal(&proxy, "TERM");
+    let answer = proxy.response(json!(1));
+    assert_eq!(text(&answer), "slept", "{answer}");
+    assert_eq!(answer["result"]["_meta"]["idem/status"], "executed");
+    let (code, stderr) = proxy.wait();
+    assert_eq!(code, 0, "{stderr}");
+    let dir = Arc::clone(&proxy.dir);
+    drop(proxy);
+
+    let mut again = Proxy::start_in(dir, "");
+    let replayed = again.call(2, "slow", json!({"ms": 1500}));
+    assert_eq!(replayed["result"]["_meta"]["idem/status"], "replayed");
+    assert_eq!(again.file("effects"), ["slow"]);
+}
+
+// pins Y9, Y7, U1, U2: a keyed call the server has not answered within cancel_wait of the
+// proxy being stopped has an unknown outcome: answered outcome_unknown, held for a person
+// in the store, not run again by a retry
+#[test]
+fn a_stopped_proxy_holds_a_call_the_server_never_answered() {
+    let config = "cancel_wait = \"500ms\"\n";
+    let mut proxy = Proxy::start(config);
+    proxy.initialize();
+    proxy.send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "slow", "arguments": {"ms": 60000}, "_meta": {"conversationId": "c1"}}}));
+    wait_for_effects(&proxy, 1);
+    drop(proxy.stdin.take());
+    let answer = proxy.response(json!(1));
+    assert_eq!(
+        answer["result"]["_meta"]["idem/error"], "outcome_unknown",
+        "{answer}"
+    );
+    assert!(text(&answer).contains("the proxy is stopping"), "{answer}");
+    let (code, stderr) = proxy.wait();
+    assert_eq!(code, 0, "{stderr}");
+    let dir = Arc::clone(&proxy.dir);
+    drop(proxy);
+
+    let mut again = Proxy::start_in(dir, config);
+    let retry = again.call(2, "slow", json!({"ms": 60000}));
+    assert_eq!(
+        retry["result"]["_meta"]["idem/error"], "outcome_unknown",
+        "{retry}"
+    );
+    assert_eq!(again.file("effects"), ["slow"], "not run again");
+}
+
+// pins Y3, U1: a server that answers tools/call with a result that is not an object did
+// receive the call: the outcome is unknown and held, never released for a second run
+#[test]
+fn a_result_that_is_not_an_object_is_an_unknown_outcome() {
+    let mut proxy = Proxy::start("");
+    proxy.initialize();
+    let first = proxy.call(1, "bad_result", json!({}));
+    assert_eq!(
+        first["result"]["_meta"]["idem/error"], "outcome_unknown",
+        "{first}"
+    );
+    assert!(text(&first).contains("not an object: 42"), "{first}");
+    let retry = proxy.call(2, "bad_result", json!({}));
+    assert_eq!(
+        retry["result"]["_meta"]["idem/error"], "outcome_unknown",
+        "{retry}"
+    );
+    assert_eq!(proxy.file("effects"), ["bad_result"]);
+}
+
+// pins Y3: `arguments` that are not an object are refused with invalid params before any
+// claim, and the server is not called (two such calls would otherwise share a key)
+#[test]
+fn arguments_that_are_not_an_object_are_refused() {
+    let mut proxy = Proxy::start("");
+    proxy.initialize();
+    for (id, arguments) in [(1, json!(["o1", 5])), (2, json!("o1"))] {
+        let refused = proxy.request(
+            id,
+            "tools/call",
+            json!({"name": "send_refund", "arguments": arguments, "_meta": {"conversationId": "c1"}}),
+        );
+        assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    }
+    assert!(proxy.file("effects").is_empty());
 }

@@ -43,6 +43,15 @@ impl HttpProxy {
         let (done, done_seen) = oneshot::channel::<Finished>();
         let proxy = Arc::clone(&self);
         let task_exchange = Arc::clone(&exchange);
+        let mut stopping = self.stopping.subscribe();
+        if *stopping.borrow() {
+            self.keyed().remove(&entry);
+            return json_response(
+                StatusCode::OK,
+                &error_response(id, INTERNAL_ERROR, STOPPING),
+            );
+        }
+        self.running.fetch_add(1, Ordering::SeqCst);
         tokio::spawn(async move {
             let mut streaming = Some(streaming);
             let mut relay = |event: Bytes| {
@@ -51,23 +60,43 @@ impl HttpProxy {
                 }
                 let _ = events.send(event);
             };
-            let forward = proxy.forward_keyed(&parts, bytes, &id, &task_exchange, &mut relay);
+            let mut upstream_stopping = stopping.clone();
+            let forward = async {
+                tokio::select! {
+                    answer = proxy.forward_keyed(&parts, bytes, &id, &task_exchange, &mut relay) => answer,
+                    // Forwarded and unanswered when the proxy stops: the effect may have
+                    // happened (U1).
+                    _ = upstream_stopping.wait_for(|stop| *stop) => ServerAnswer::Lost {
+                        reason: "the proxy stopped before the upstream answered".to_owned(),
+                    },
+                }
+            };
             let run = call.run(plan.spec, plan.key, forward);
             let was_forwarded = Arc::clone(&task_exchange);
+            let forwarded_now = Arc::clone(&task_exchange);
             let outcome = tokio::select! {
-                outcome = run => Some(outcome),
+                outcome = run => Some(Ok(outcome)),
                 () = given_up(&mut cancelled_seen, move || was_forwarded.forwarded.load(Ordering::SeqCst), proxy.config.cancel_wait) => None,
+                // Still waiting for its claim: nothing went upstream.
+                () = async {
+                    let _ = stopping.wait_for(|stop| *stop).await;
+                    if forwarded_now.forwarded.load(Ordering::SeqCst) {
+                        std::future::pending::<()>().await;
+                    }
+                } => Some(Err(())),
             };
             proxy.keyed().remove(&entry);
             let finished = match outcome {
-                Some(Ok(result)) => {
+                Some(Ok(Ok(result))) => {
                     Finished::Message(json!({"jsonrpc": "2.0", "id": id, "result": result}))
                 }
-                Some(Err(error)) => {
+                Some(Ok(Err(error))) => {
                     Finished::Message(json!({"jsonrpc": "2.0", "id": id, "error": error}))
                 }
+                Some(Err(())) => Finished::Message(error_response(id, INTERNAL_ERROR, STOPPING)),
                 None => Finished::Nothing,
             };
+            proxy.running.fetch_sub(1, Ordering::SeqCst);
             if streaming.is_none() {
                 if let Finished::Message(message) = &finished {
                     let _ = events.send(encode_sse(
@@ -162,20 +191,7 @@ impl HttpProxy {
             relay(encode_sse(&event));
         };
         match read_answer(response, id, &mut relay_event).await {
-            Ok(Answer::Message(mut message)) => {
-                match (message.remove("result"), message.remove("error")) {
-                    (Some(Value::Object(result)), _) => ServerAnswer::Result(result),
-                    (_, Some(error)) => ServerAnswer::Error(error),
-                    _ => ServerAnswer::Error(
-                        error_response(
-                            Value::Null,
-                            INTERNAL_ERROR,
-                            "the upstream answered with a result that is not an object",
-                        )["error"]
-                            .take(),
-                    ),
-                }
-            }
+            Ok(Answer::Message(message)) => ServerAnswer::from_response(message),
             Ok(Answer::None) => ServerAnswer::Lost {
                 reason: "the upstream MCP server closed its answer".to_owned(),
             },
@@ -183,6 +199,10 @@ impl HttpProxy {
         }
     }
 }
+
+/// The error a keyed call gets when the proxy stops before forwarding it.
+const STOPPING: &str =
+    "the proxy is stopping; the call was not forwarded to the upstream MCP server: retry";
 
 /// What a keyed call's upstream exchange leaves for the response to the client.
 #[derive(Default)]

@@ -13,6 +13,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -74,6 +75,11 @@ struct HttpProxy {
     keyed: Mutex<HashMap<(String, String), Keyed>>,
     next_id: AtomicU64,
     fatal: watch::Sender<Option<String>>,
+    /// Keyed calls whose task runs (the proxy waits for them before it exits).
+    running: AtomicU64,
+    /// Set once the proxy stops: keyed calls not forwarded yet end with an error, forwarded
+    /// ones stop waiting for the upstream (an unknown outcome).
+    stopping: watch::Sender<bool>,
 }
 
 struct Keyed {
@@ -104,9 +110,12 @@ pub async fn serve(config: Config, engine: Engine, listen: SocketAddr, upstream:
         keyed: Mutex::default(),
         next_id: AtomicU64::new(0),
         fatal: watch::channel(None).0,
+        running: AtomicU64::new(0),
+        stopping: watch::channel(false).0,
     });
     let mut fatal = proxy.fatal.subscribe();
-    loop {
+    let mut stop_signal = super::StopSignal::new();
+    let code = loop {
         tokio::select! {
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
@@ -121,10 +130,33 @@ pub async fn serve(config: Config, engine: Engine, listen: SocketAddr, upstream:
                         .await;
                 });
             }
-            _ = fatal.wait_for(Option::is_some) => return 2,
-            _ = tokio::signal::ctrl_c() => return 0,
+            _ = fatal.wait_for(Option::is_some) => break 2,
+            signal = stop_signal.received() => {
+                tracing::info!("{signal}: the proxy stops taking requests and lets its keyed calls end");
+                break 0;
+            }
+        }
+    };
+    // The keyed calls in progress still get the upstream's answers and save them for
+    // `cancel_wait`; then the ones still waiting end (Y9).
+    if code == 0 {
+        let deadline = tokio::time::Instant::now() + proxy.config.cancel_wait;
+        while proxy.running.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(20)) => {}
+                signal = stop_signal.received() => {
+                    tracing::info!("{signal} again: the proxy stops now");
+                    break;
+                }
+            }
         }
     }
+    proxy.stopping.send_replace(true);
+    let deadline = tokio::time::Instant::now() + super::WIND_DOWN;
+    while proxy.running.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    code
 }
 
 impl HttpProxy {

@@ -10,16 +10,16 @@ use crate::proxy::tools::ToolTable;
 
 impl Router {
     /// The server's tools, listed (and checked against the configuration) if they are not
-    /// yet: waits for the listing.
+    /// yet: waits for the listing; `None` once the proxy stops.
     pub async fn tool_table(self: &Arc<Self>) -> Option<Arc<ToolTable>> {
         let mut tools = self.tools.subscribe();
         if tools.borrow().is_none() {
             self.probe_tools();
         }
-        let mut fatal = self.fatal();
+        let mut stopping = self.stopping();
         tokio::select! {
             table = tools.wait_for(Option::is_some) => table.ok().and_then(|t| t.clone()),
-            _ = fatal.wait_for(Option::is_some) => None,
+            _ = stopping.wait_for(Option::is_some) => None,
         }
     }
 
@@ -121,8 +121,20 @@ impl Router {
         self.state().probing
     }
 
-    /// Whether any keyed call is in progress (the proxy waits for them before it exits).
+    /// How many keyed calls are in progress (the proxy waits for them before it exits).
     pub fn keyed_in_progress(&self) -> usize {
         self.state().keyed.len()
+    }
+
+    /// How many of the client's requests wait for an answer: keyed calls, and requests
+    /// forwarded to the server (the proxy waits for them when the client closes its input).
+    pub fn client_requests_in_flight(&self) -> usize {
+        let state = self.state();
+        state.keyed.len()
+            + state
+                .to_server
+                .values()
+                .filter(|p| matches!(p.waiter, super::Waiter::Client { .. }))
+                .count()
     }
 }

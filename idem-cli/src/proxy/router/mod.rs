@@ -116,6 +116,9 @@ pub struct Router {
     /// Set once: why the proxy must stop (a configuration the server contradicts, the
     /// server's restarts run out), and its exit status.
     fatal: watch::Sender<Option<(String, u8)>>,
+    /// Set once the proxy stops, fatally or because its client is gone: why. Keyed calls
+    /// not yet forwarded end then (their requests are answered with an error).
+    stopping: watch::Sender<Option<String>>,
 }
 
 impl Router {
@@ -135,6 +138,7 @@ impl Router {
             state: Mutex::default(),
             tools: watch::channel(None).0,
             fatal: watch::channel(None).0,
+            stopping: watch::channel(None).0,
         }
     }
 
@@ -163,31 +167,45 @@ impl Router {
         self.fatal.subscribe()
     }
 
-    /// Stops the proxy with `message` and exit status `code` (Y4, Y6): every request still
-    /// waiting gets an error saying why.
+    /// Why the proxy stops, once it does.
+    pub fn stopping(&self) -> watch::Receiver<Option<String>> {
+        self.stopping.subscribe()
+    }
+
+    /// Stops the proxy with `message` and exit status `code` (Y4, Y6): see
+    /// [`wind_down`](Self::wind_down).
     pub fn stop(&self, message: String, code: u8) {
         tracing::error!("{message}");
-        let (clients, tasks, keyed) = {
-            let mut state = self.state();
-            let pending: Vec<Pending> = state.to_server.drain().map(|(_, p)| p).collect();
-            let keyed: Vec<String> = state.keyed.drain().map(|(_, e)| e.client_id).collect();
-            let (clients, tasks): (Vec<_>, Vec<_>) = pending
-                .into_iter()
-                .partition(|p| matches!(p.waiter, Waiter::Client { .. }));
-            (clients, tasks, keyed)
-        };
-        for pending in clients {
-            if let Waiter::Client { id, .. } = pending.waiter {
-                self.send_client(error_response(id, INTERNAL_ERROR, message.clone()));
-            }
-        }
-        drop(tasks); // their tasks see the channel closed
-        for id in keyed {
-            if let Ok(id) = serde_json::from_str::<Value>(&id) {
-                self.send_client(error_response(id, INTERNAL_ERROR, message.clone()));
-            }
-        }
+        self.wind_down(&message);
         self.fatal.send_replace(Some((message, code)));
+    }
+
+    /// Ends what is still waiting for the server, because the proxy stops (`why`): a
+    /// client's request gets a JSON-RPC error (-32603) saying why; a keyed call's request
+    /// that was written to the server has an unknown outcome (U1), one that was not is not
+    /// delivered (released, and never written after this); keyed calls not forwarded yet
+    /// answer their requests with the same error.
+    pub fn wind_down(&self, why: &str) {
+        let pending: Vec<Pending> = {
+            let mut state = self.state();
+            state.client_ids.clear();
+            state.to_server.drain().map(|(_, p)| p).collect()
+        };
+        self.stopping.send_replace(Some(why.to_owned()));
+        for pending in pending {
+            match pending.waiter {
+                Waiter::Client { id, .. } => {
+                    self.send_client(error_response(id, INTERNAL_ERROR, why.to_owned()));
+                }
+                Waiter::Task(sender) => {
+                    let reply = match pending.written {
+                        Some(_) => Reply::Lost(format!("{why} before the server answered")),
+                        None => Reply::NotDelivered(why.to_owned()),
+                    };
+                    let _ = sender.send(reply);
+                }
+            }
+        }
     }
 
     // ---- from the client ----
@@ -213,8 +231,12 @@ impl Router {
             Message::Request { id, method, body } => {
                 self.remember_protocol_meta(&body);
                 if method == "tools/call" {
+                    // Registered before its task runs: a client that closes its input
+                    // right after the request still finds it in progress (the proxy waits
+                    // for it before it exits).
+                    let (call, cancelled) = self.keyed_started(&id);
                     let router = Arc::clone(self);
-                    tokio::spawn(super::keyed::serve(router, id, body));
+                    tokio::spawn(super::keyed::serve(router, id, body, call, cancelled));
                 } else {
                     if method == "initialize" {
                         self.state().initialize = body.get("params").cloned();

@@ -14,10 +14,16 @@ impl Router {
         state.initialize_answered = false;
     }
 
-    /// The request with `proxy_id` was written to the server of `generation`.
-    pub fn written(&self, proxy_id: u64, generation: u64) {
-        if let Some(pending) = self.state().to_server.get_mut(&proxy_id) {
-            pending.written = Some(generation);
+    /// The request with `proxy_id` is about to be written to the server of `generation`:
+    /// `false` when nobody waits for it any more (the proxy winds down, or answered it as
+    /// not delivered): then it must not be written.
+    pub fn written(&self, proxy_id: u64, generation: u64) -> bool {
+        match self.state().to_server.get_mut(&proxy_id) {
+            Some(pending) => {
+                pending.written = Some(generation);
+                true
+            }
+            None => false,
         }
     }
 

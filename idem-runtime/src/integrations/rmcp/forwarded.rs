@@ -40,9 +40,42 @@ pub enum ServerAnswer {
     /// The request was written to the server and its answer was lost (the server exited):
     /// whether the effect happened is unknown (U1); `reason` says why, for the client's text.
     Lost {
-        /// Why the answer was lost (`"the MCP server exited (status 9)"`).
+        /// Why the answer was lost (`"the MCP server exited (status 9)"`), for the client's
+        /// text: "the answer to `TOOL` was lost (REASON)".
         reason: String,
     },
+}
+
+impl ServerAnswer {
+    /// Sorts the server's JSON-RPC response `message` to a forwarded `tools/call` (the
+    /// whole message; its `id` is ignored): a `result` object is [`Result`](Self::Result),
+    /// an `error` (beside no `result` or a `null` one) is [`Error`](Self::Error). A response with neither, or whose `result` is
+    /// not an object, is no MCP answer, yet the server did receive and serve the request:
+    /// whether the effect happened is unknown, so it is [`Lost`](Self::Lost) (U1), never a
+    /// release.
+    pub fn from_response(mut message: JsonObject) -> Self {
+        match (message.remove("result"), message.remove("error")) {
+            (Some(Value::Object(result)), _) => ServerAnswer::Result(result),
+            (None | Some(Value::Null), Some(error)) => ServerAnswer::Error(error),
+            (Some(other), _) => ServerAnswer::Lost {
+                reason: format!(
+                    "the MCP server answered with a result that is not an object: {}",
+                    shorten(&other.to_string())
+                ),
+            },
+            (None, None) => ServerAnswer::Lost {
+                reason: "the MCP server answered with neither a result nor an error".to_owned(),
+            },
+        }
+    }
+}
+
+/// At most 200 characters of `text`, for messages.
+fn shorten(text: &str) -> Cow<'_, str> {
+    match text.char_indices().nth(200) {
+        Some((end, _)) => Cow::Owned(format!("{}…", &text[..end])),
+        None => Cow::Borrowed(text),
+    }
 }
 
 /// A `tools/call` as a proxy received it, to be forwarded under idem's call protocol.
@@ -80,7 +113,12 @@ pub struct ForwardedCall {
     /// The request carries MCP's discovery-era protocol version in `_meta` (2026-07-28):
     /// its results must say `resultType`.
     result_type: bool,
+    /// What `arguments` was when it was neither absent, `null` nor an object ("an array"…).
+    bad_arguments: Option<&'static str>,
 }
+
+/// JSON-RPC's "invalid params".
+const INVALID_PARAMS: i64 = -32602;
 
 /// The request `_meta` member of MCP's discovery era (2026-07-28) naming the protocol
 /// version; a client that sends it expects every result to carry `resultType`.
@@ -90,8 +128,9 @@ impl ForwardedCall {
     /// The call whose JSON-RPC `params` are `params` (`name`, `arguments`, `_meta`), keyed
     /// in `engine` (else the process default, `IDEM_STORE`) with the conversation id read
     /// from `_meta[conversation_meta_key]` (M3). A `name` that is not a string is the empty
-    /// tool name; `arguments` that are not an object are keyed as no arguments (the server
-    /// refuses them itself).
+    /// tool name; `arguments` absent or `null` are no arguments; `arguments` of another
+    /// kind than an object make [`run`](Self::run) refuse the call (MCP's arguments are an
+    /// object, and two calls must not share a key because idem could not read theirs).
     pub fn from_params(
         params: &JsonObject,
         engine: Option<Engine>,
@@ -110,9 +149,17 @@ impl ForwardedCall {
             conversation_meta_key: Arc::from(conversation_meta_key),
         };
         let result_type = meta.contains_key(PROTOCOL_VERSION_META);
+        let bad_arguments = match params.get("arguments") {
+            None | Some(Value::Null | Value::Object(_)) => None,
+            Some(Value::Bool(_)) => Some("a boolean"),
+            Some(Value::Number(_)) => Some("a number"),
+            Some(Value::String(_)) => Some("a string"),
+            Some(Value::Array(_)) => Some("an array"),
+        };
         ForwardedCall {
             call: McpCall::from_parts(Cow::Owned(tool.to_owned()), arguments, meta, settings),
             result_type,
+            bad_arguments,
         }
     }
 
@@ -122,7 +169,7 @@ impl ForwardedCall {
     ///
     /// # Errors
     /// What [`IdempotentServerBuilder`](super::IdempotentServerBuilder) refuses (S8, L1): a
-    /// zero TTL or one shorter than the lease, a zero heartbeat or one not shorter than the
+    /// zero TTL or one shorter than the lease, a zero lease, a zero heartbeat or one not shorter than the
     /// lease, a span with a fraction of a millisecond; and the empty tool name.
     pub fn spec(name: &str, template: &ToolSpec) -> Result<&'static ToolSpec, ServerConfigError> {
         if name.is_empty() {
@@ -167,7 +214,9 @@ impl ForwardedCall {
     ///   layer error (`isError: true`, `_meta["idem/error"]`, M6); a lost answer is an
     ///   `outcome_unknown` tool error, the key held (U1);
     /// - `Err(error)`: a JSON-RPC `error` object the server answered, or the
-    ///   [`ServerAnswer::NotDelivered`] one: the claim was released.
+    ///   [`ServerAnswer::NotDelivered`] one: the claim was released; or JSON-RPC's invalid
+    ///   params (-32602) for `arguments` that are not an object, before anything is claimed
+    ///   or forwarded.
     ///
     /// Dropping the future after `forward` began leaves the outcome as the spec's
     /// `on_cancel` says (U4): how a proxy ends a cancelled call the server never answered.
@@ -180,6 +229,15 @@ impl ForwardedCall {
     where
         F: Future<Output = ServerAnswer>,
     {
+        if let Some(kind) = self.bad_arguments {
+            return Err(serde_json::json!({
+                "code": INVALID_PARAMS,
+                "message": format!(
+                    "the `arguments` of tools/call `{}` must be an object, not {kind}: idem keys a call by its arguments object; the call was not forwarded",
+                    self.tool()
+                ),
+            }));
+        }
         let selection = ArgumentSelection {
             key,
             ..ArgumentSelection::ALL
@@ -270,11 +328,11 @@ fn lost(spec: &ToolSpec, reason: &str, result_type: bool) -> JsonObject {
     let tool = spec.name;
     let text = match spec.on_unknown {
         OnUnknown::Rerun => format!(
-            "{reason} before answering `{tool}`: whether it took effect is unknown. idem runs it again with the same idempotency key once the claim's lease ({} ms) lapses; retry after that",
+            "the answer to `{tool}` was lost ({reason}): whether it took effect is unknown. idem runs it again with the same idempotency key once the claim's lease ({} ms) lapses; retry after that",
             spec.lease.as_millis()
         ),
         _ => format!(
-            "{reason} before answering `{tool}`: whether it took effect is unknown. idem holds this idempotency key until a person decides (`idem show KEY --history`, then `idem resolve KEY --applied|--not-applied`); do not retry this action, in this or another form, until then"
+            "the answer to `{tool}` was lost ({reason}): whether it took effect is unknown. idem holds this idempotency key until a person decides (`idem show KEY --history`, then `idem resolve KEY --applied|--not-applied`); do not retry this action, in this or another form, until then"
         ),
     };
     let mut result = JsonObject::new();
@@ -338,6 +396,79 @@ mod tests {
         assert!(is_final(&object(json!({"resultType": "complete"}))));
         assert!(!is_final(&object(json!({"resultType": "input_required"}))));
         assert!(!is_final(&object(json!({"resultType": 3}))));
+    }
+
+    // pins Y3, U1: a response that is neither a result object nor an error was served all
+    // the same: its outcome is unknown, never a release
+    #[test]
+    fn responses_are_sorted() {
+        let sorted = |v: Value| ServerAnswer::from_response(object(v));
+        assert_eq!(
+            sorted(json!({"id": 1, "result": {"content": []}})),
+            ServerAnswer::Result(object(json!({"content": []})))
+        );
+        assert_eq!(
+            sorted(json!({"id": 1, "error": {"code": -1}})),
+            ServerAnswer::Error(json!({"code": -1}))
+        );
+        assert_eq!(
+            sorted(json!({"result": null, "error": {"code": -2}})),
+            ServerAnswer::Error(json!({"code": -2}))
+        );
+        for odd in [
+            json!({"id": 1, "result": 42}),
+            json!({"id": 1}),
+            json!({"result": null}),
+        ] {
+            assert!(
+                matches!(sorted(odd.clone()), ServerAnswer::Lost { .. }),
+                "{odd}"
+            );
+        }
+        let ServerAnswer::Lost { reason } = sorted(json!({"result": "x".repeat(1000)})) else {
+            unreachable!()
+        };
+        assert!(
+            reason.len() < 300 && reason.contains("not an object"),
+            "{reason}"
+        );
+    }
+
+    // pins Y3: arguments that are not an object are refused before any claim, never
+    // keyed as no arguments (two such calls would share a key)
+    #[tokio::test]
+    async fn arguments_that_are_not_an_object_are_refused() {
+        let engine = Engine::in_memory();
+        let spec = ForwardedCall::spec("send", &ToolSpec::new("")).unwrap();
+        for arguments in [json!([1]), json!("x"), json!(3), json!(true)] {
+            let params = json!({"name": "send", "arguments": arguments,
+                                "_meta": {"conversationId": "c"}});
+            let call = ForwardedCall::from_params(
+                params.as_object().unwrap(),
+                Some(engine.clone()),
+                "conversationId",
+            );
+            let error = call
+                .run(spec, None, async { unreachable!("not forwarded") })
+                .await
+                .unwrap_err();
+            assert_eq!(error["code"], INVALID_PARAMS, "{error}");
+            assert!(error["message"]
+                .as_str()
+                .unwrap()
+                .contains("must be an object"));
+        }
+        for arguments in [Value::Null, json!({})] {
+            let params = json!({"name": "send", "arguments": arguments,
+                                "_meta": {"conversationId": "c"}});
+            let call = ForwardedCall::from_params(
+                params.as_object().unwrap(),
+                Some(engine.clone()),
+                "conversationId",
+            );
+            let answer = ServerAnswer::Result(object(json!({"content": []})));
+            assert!(call.run(spec, None, async { answer }).await.is_ok());
+        }
     }
 
     // pins M5, Y3: the markers are added to the server's own _meta

@@ -283,7 +283,7 @@ impl<H: ServerHandler> IdempotentServerBuilder<H> {
     }
 
     /// How long a claim lasts without renewal before another call may take it over (S6).
-    /// Default 60 s.
+    /// Default 60 s; not zero ([`ServerConfigError::ZeroLease`] from `build`).
     pub fn lease(mut self, lease: Duration) -> Self {
         self.default.lease = lease;
         self
@@ -360,7 +360,7 @@ impl<H: ServerHandler> IdempotentServerBuilder<H> {
     ///
     /// # Errors
     /// [`ServerConfigError`] naming the setting (and the tool, for an override): a zero TTL
-    /// or one shorter than the lease, a zero heartbeat or one not shorter than the lease, a
+    /// or one shorter than the lease, a zero lease, a zero heartbeat or one not shorter than the lease, a
     /// span with a fraction of a millisecond, an unusable conversation `_meta` member, an
     /// empty tool name.
     pub fn build(self) -> Result<IdempotentServer<H>, ServerConfigError> {

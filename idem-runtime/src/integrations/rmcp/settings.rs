@@ -53,6 +53,13 @@ pub enum ServerConfigError {
         /// The lease, in milliseconds.
         lease_ms: u128,
     },
+    /// A lease of zero is "already lapsed" (S6): a duplicate would take over every call
+    /// while it runs. The attribute may say so; a server's or a proxy's setting may not.
+    #[error("the lease of {} is zero: a zero lease is already lapsed when the call starts, so a duplicate would take over every call while it runs and its outcome would be unknown; give a lease longer than the tool's slowest call", target(tool))]
+    ZeroLease {
+        /// The tool whose override it is; `None` for the server's default.
+        tool: Option<String>,
+    },
     /// A heartbeat of zero: the time between two renewals must be positive.
     #[error("the heartbeat of {} is zero: it is the time between two renewals of a running call's lease; leave it unset for a third of the lease", target(tool))]
     ZeroHeartbeat {
@@ -118,6 +125,9 @@ pub(crate) fn check_spec(spec: &ToolSpec, tool: Option<&str>) -> Result<(), Serv
     if spec.ttl.is_zero() {
         return Err(ServerConfigError::ZeroTtl { tool: tool() });
     }
+    if spec.lease.is_zero() {
+        return Err(ServerConfigError::ZeroLease { tool: tool() });
+    }
     if spec.ttl < spec.lease {
         return Err(ServerConfigError::TtlShorterThanLease {
             tool: tool(),
@@ -178,6 +188,11 @@ mod tests {
         assert!(matches!(
             check_spec(&beat, None),
             Err(ServerConfigError::HeartbeatNotShorterThanLease { .. })
+        ));
+        let lease = spec(|s| s.lease = Duration::ZERO);
+        assert!(matches!(
+            check_spec(&lease, Some("t")),
+            Err(ServerConfigError::ZeroLease { .. })
         ));
         let beat = spec(|s| s.heartbeat = Some(Duration::ZERO));
         assert!(matches!(
