@@ -127,6 +127,14 @@ fn main() {
                 }
             }
             ("ping", Some(id)) => out.result(&id, json!({})),
+            ("x/echo", Some(id)) => {
+                // The line as received, and an answer written by hand (numbers a Value
+                // would change, members in no sorted order).
+                append("FAKE_LOG", &format!("raw {line}"));
+                out.line(&format!(
+                    r#"{{"result":{{"echoed":true,"n":-0,"big":123456789012345678901234567890}},"jsonrpc":"2.0","id":{id}}}"#
+                ));
+            }
             ("tools/list", Some(id)) => out.result(&id, tools()),
             ("tools/call", Some(id)) => call(&out, &cancelled, id, &params),
             (_, Some(id)) => out.send(&json!({"jsonrpc": "2.0", "id": id,

@@ -6,7 +6,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::{mpsc, watch};
@@ -161,7 +161,7 @@ async fn feed(
 }
 
 async fn send(router: &Router, stdin: &mut ChildStdin, next: Outgoing, generation: u64) {
-    let Outgoing { proxy_id, message } = next;
+    let Outgoing { proxy_id, line } = next;
     if let Some(id) = proxy_id {
         if !router.written(id, generation) {
             tracing::debug!(
@@ -171,7 +171,7 @@ async fn send(router: &Router, stdin: &mut ChildStdin, next: Outgoing, generatio
             return;
         }
     }
-    if let Err(error) = write_line(stdin, &message).await {
+    if let Err(error) = write_line(stdin, &line).await {
         tracing::warn!("cannot write to the MCP server: {error}");
         if let Some(id) = proxy_id {
             router.not_delivered(id, &format!("the MCP server's input is closed ({error})"));
@@ -179,8 +179,9 @@ async fn send(router: &Router, stdin: &mut ChildStdin, next: Outgoing, generatio
     }
 }
 
-async fn write_line(stdin: &mut ChildStdin, message: &Value) -> std::io::Result<()> {
-    let mut line = serde_json::to_vec(message)?;
+/// Writes one message (`line`, JSON text without its newline) to the server.
+async fn write_line(stdin: &mut ChildStdin, line: &str) -> std::io::Result<()> {
+    let mut line = line.as_bytes().to_vec();
     line.push(b'\n');
     stdin.write_all(&line).await?;
     stdin.flush().await
@@ -201,14 +202,14 @@ async fn reinitialise(router: &Arc<Router>, stdin: &mut ChildStdin, generation: 
     if !router.written(proxy_id, generation) {
         return false;
     }
-    if let Err(error) = write_line(stdin, &request).await {
+    if let Err(error) = write_line(stdin, &request.to_string()).await {
         router.not_delivered(proxy_id, &error.to_string());
         return false;
     }
     match tokio::time::timeout(OWN_REQUEST_TIMEOUT, reply).await {
         Ok(Ok(Reply::Answer(answer))) if answer.contains_key("result") => {
             let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-            if write_line(stdin, &initialized).await.is_err() {
+            if write_line(stdin, &initialized.to_string()).await.is_err() {
                 return false;
             }
             tracing::info!(

@@ -1,6 +1,7 @@
 //! JSON-RPC 2.0 messages as the proxy sees them: a line read, sorted into request,
 //! notification or response, kept as the JSON object it was (contract Y1, Y8).
 
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 /// JSON-RPC's "parse error": the line is not JSON.
@@ -11,17 +12,161 @@ pub const INVALID_REQUEST: i64 = -32600;
 /// not be reached (Y6).
 pub const INTERNAL_ERROR: i64 = -32603;
 
-/// One message, with the object it came in.
+/// A request id exactly as its sender wrote it (JSON-RPC ids are compared and answered as
+/// sent: `1e2`, `-0` or an integer past 2^64 come back unchanged), with its parsed value.
 #[derive(Debug, Clone, PartialEq)]
+pub struct Id {
+    /// The id's JSON text as sent.
+    raw: String,
+    /// The id, parsed (for logs and for matching a cancellation's `requestId`).
+    value: Value,
+}
+
+impl Id {
+    /// The `null` id of an answer to a message whose id cannot be read.
+    pub fn null() -> Self {
+        Id {
+            raw: "null".to_owned(),
+            value: Value::Null,
+        }
+    }
+
+    /// The id whose JSON text is `raw` (as the message carried it).
+    fn from_raw(raw: &RawValue) -> Self {
+        Id {
+            raw: raw.get().to_owned(),
+            value: serde_json::from_str(raw.get()).unwrap_or(Value::Null),
+        }
+    }
+
+    /// Its JSON text, as sent.
+    pub fn raw(&self) -> &str {
+        &self.raw
+    }
+
+    /// The key it is looked up by (its parsed value's JSON, so `1` and `"1"` differ, as
+    /// JSON-RPC says).
+    pub fn text(&self) -> String {
+        id_text(&self.value)
+    }
+
+    /// Its parsed value.
+    pub fn value(&self) -> &Value {
+        &self.value
+    }
+}
+
+impl std::fmt::Display for Id {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.raw)
+    }
+}
+
+/// A message's members as their sender wrote them (order, duplicates, numbers and escapes
+/// kept): what the proxy forwards, with only its `id` rewritten (Y1, Y5).
+#[derive(Debug, Clone)]
+pub struct Raw(Vec<(String, Box<RawValue>)>);
+
+impl Raw {
+    fn parse(line: &str) -> Option<Self> {
+        serde_json::from_str::<Members>(line)
+            .ok()
+            .map(|members| Raw(members.0))
+    }
+
+    /// The members of `object`, as the proxy writes them (for a message it changed).
+    pub fn from_value(object: &Map<String, Value>) -> Self {
+        serde_json::to_string(object)
+            .ok()
+            .and_then(|text| Raw::parse(&text))
+            .unwrap_or(Raw(Vec::new()))
+    }
+
+    /// The message as one line of JSON text, unchanged but for whitespace between members.
+    pub fn text(&self) -> String {
+        self.write(None)
+    }
+
+    /// The message with its `id` member's value replaced by the JSON text `id`.
+    pub fn with_id(&self, id: &str) -> String {
+        self.write(Some(id))
+    }
+
+    fn write(&self, id: Option<&str>) -> String {
+        let mut line = String::with_capacity(
+            self.0
+                .iter()
+                .map(|(name, value)| name.len() + value.get().len() + 4)
+                .sum::<usize>()
+                + 2,
+        );
+        line.push('{');
+        for (at, (name, value)) in self.0.iter().enumerate() {
+            if at > 0 {
+                line.push(',');
+            }
+            // A member name serialises infallibly.
+            line.push_str(&serde_json::to_string(name).unwrap_or_default());
+            line.push(':');
+            match id {
+                Some(id) if name == "id" => line.push_str(id),
+                _ => line.push_str(value.get()),
+            }
+        }
+        line.push('}');
+        line
+    }
+
+    /// The raw text of the last member named `name` (serde_json's `Map` keeps the last).
+    fn member(&self, name: &str) -> Option<&RawValue> {
+        self.0
+            .iter()
+            .rev()
+            .find(|(member, _)| member == name)
+            .map(|(_, value)| &**value)
+    }
+}
+
+/// An object's members, in order, each kept as its JSON text.
+struct Members(Vec<(String, Box<RawValue>)>);
+
+impl<'de> serde::Deserialize<'de> for Members {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Members;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Members, A::Error> {
+                let mut members = Vec::new();
+                while let Some(member) = map.next_entry::<String, Box<RawValue>>()? {
+                    members.push(member);
+                }
+                Ok(Members(members))
+            }
+        }
+        deserializer.deserialize_map(Visit)
+    }
+}
+
+/// One message: its kind, the object it came in (to read), and its members as sent (to
+/// forward).
+#[derive(Debug, Clone)]
 pub enum Message {
     /// A request: a method and an id.
     Request {
         /// Its id (a string or a number).
-        id: Value,
+        id: Id,
         /// Its method.
         method: String,
         /// The whole message.
         body: Map<String, Value>,
+        /// The message as sent.
+        raw: Raw,
     },
     /// A notification: a method, no id.
     Notification {
@@ -29,13 +174,17 @@ pub enum Message {
         method: String,
         /// The whole message.
         body: Map<String, Value>,
+        /// The message as sent.
+        raw: Raw,
     },
     /// A response: an id and a `result` or an `error`.
     Response {
         /// The id of the request it answers.
-        id: Value,
+        id: Id,
         /// The whole message.
         body: Map<String, Value>,
+        /// The message as sent.
+        raw: Raw,
     },
 }
 
@@ -45,7 +194,7 @@ pub struct Malformed {
     /// The JSON-RPC error code: [`PARSE_ERROR`] or [`INVALID_REQUEST`].
     pub code: i64,
     /// The id to answer with: the message's own when it had a usable one, else `null`.
-    pub id: Value,
+    pub id: Id,
     /// What was wrong.
     pub why: String,
 }
@@ -54,21 +203,33 @@ pub struct Malformed {
 pub fn parse(line: &str) -> Result<Message, Malformed> {
     let value: Value = serde_json::from_str(line).map_err(|e| Malformed {
         code: PARSE_ERROR,
-        id: Value::Null,
+        id: Id::null(),
         why: format!("not JSON: {e}"),
     })?;
     let Value::Object(body) = value else {
         return Err(invalid(
-            Value::Null,
+            Id::null(),
             format!(
                 "a JSON-RPC message is an object, not {}",
                 kind(&value) // batches were removed from MCP in 2025-06-18
             ),
         ));
     };
-    let id = body.get("id").cloned();
-    let usable_id = id.clone().filter(|id| id.is_string() || id.is_number());
-    let answer_id = usable_id.clone().unwrap_or(Value::Null);
+    // An object that parsed as a Value parses as members too.
+    let raw = Raw::parse(line).unwrap_or(Raw(Vec::new()));
+    let id = body.get("id").map(|value| {
+        raw.member("id").map_or_else(
+            || Id {
+                raw: value.to_string(),
+                value: value.clone(),
+            },
+            Id::from_raw,
+        )
+    });
+    let usable_id = id
+        .clone()
+        .filter(|id| id.value.is_string() || id.value.is_number());
+    let answer_id = usable_id.clone().unwrap_or_else(Id::null);
     if body.get("jsonrpc") != Some(&Value::from("2.0")) {
         return Err(invalid(answer_id, "`jsonrpc` must be \"2.0\"".to_owned()));
     }
@@ -76,15 +237,17 @@ pub fn parse(line: &str) -> Result<Message, Malformed> {
         (Some(Value::String(method)), None) => Ok(Message::Notification {
             method: method.clone(),
             body,
+            raw,
         }),
         (Some(Value::String(method)), Some(_)) => match usable_id {
             Some(id) => Ok(Message::Request {
                 id,
                 method: method.clone(),
                 body,
+                raw,
             }),
             None => Err(invalid(
-                Value::Null,
+                Id::null(),
                 "a request's `id` is a string or a number".to_owned(),
             )),
         },
@@ -93,7 +256,7 @@ pub fn parse(line: &str) -> Result<Message, Malformed> {
             format!("`method` must be a string, not {}", kind(other)),
         )),
         (None, Some(id)) if body.contains_key("result") || body.contains_key("error") => {
-            Ok(Message::Response { id, body })
+            Ok(Message::Response { id, body, raw })
         }
         (None, _) => Err(invalid(
             answer_id,
@@ -103,7 +266,7 @@ pub fn parse(line: &str) -> Result<Message, Malformed> {
     }
 }
 
-fn invalid(id: Value, why: String) -> Malformed {
+fn invalid(id: Id, why: String) -> Malformed {
     Malformed {
         code: INVALID_REQUEST,
         id,
@@ -116,9 +279,25 @@ pub fn error_response(id: Value, code: i64, message: impl Into<String>) -> Value
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message.into()}})
 }
 
-/// A JSON-RPC response to request `id` with `result`.
-pub fn result_response(id: Value, result: Map<String, Value>) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "result": result})
+/// A JSON-RPC error response to request `id`, as a line, the id as its sender wrote it.
+pub fn error_line(id: &Id, code: i64, message: impl Into<String>) -> String {
+    let error = json!({"code": code, "message": message.into()});
+    format!(r#"{{"jsonrpc":"2.0","id":{},"error":{error}}}"#, id.raw())
+}
+
+/// A JSON-RPC response to request `id` with `result` (an object) or `error` (an error
+/// object), as a line, the id as its sender wrote it.
+pub fn answer_line(id: &Id, answer: Result<&Map<String, Value>, &Value>) -> String {
+    let (member, value) = match answer {
+        Ok(result) => ("result", serde_json::to_string(result)),
+        Err(error) => ("error", serde_json::to_string(error)),
+    };
+    // A map of JSON values serialises infallibly.
+    let value = value.unwrap_or_else(|_| "null".to_owned());
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{},"{member}":{value}}}"#,
+        id.raw()
+    )
 }
 
 /// A `tools/call` request's `params` object (empty when absent or not an object) and the
@@ -166,19 +345,44 @@ mod tests {
         let note = parse(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).unwrap();
         assert!(matches!(note, Message::Notification { .. }));
         let response = parse(r#"{"jsonrpc":"2.0","id":"a","result":{}}"#).unwrap();
-        assert!(matches!(response, Message::Response { ref id, .. } if id == "a"));
+        assert!(matches!(response, Message::Response { ref id, .. } if id.value() == "a"));
 
         let bad = parse("{not json").unwrap_err();
-        assert_eq!((bad.code, bad.id.clone()), (PARSE_ERROR, Value::Null));
+        assert_eq!((bad.code, bad.id.raw()), (PARSE_ERROR, "null"));
         let bad = parse("[1,2]").unwrap_err();
         assert_eq!(bad.code, INVALID_REQUEST);
         let bad = parse(r#"{"jsonrpc":"1.0","id":3,"method":"x"}"#).unwrap_err();
-        assert_eq!((bad.code, bad.id), (INVALID_REQUEST, json!(3)));
+        assert_eq!((bad.code, bad.id.raw()), (INVALID_REQUEST, "3"));
         let bad = parse(r#"{"jsonrpc":"2.0","id":{},"method":"x"}"#).unwrap_err();
-        assert_eq!(bad.id, Value::Null);
+        assert_eq!(bad.id.raw(), "null");
         let bad = parse(r#"{"jsonrpc":"2.0","id":4,"method":5}"#).unwrap_err();
         assert!(bad.why.contains("`method` must be a string"));
         let bad = parse(r#"{"jsonrpc":"2.0","id":4}"#).unwrap_err();
-        assert_eq!((bad.code, bad.id), (INVALID_REQUEST, json!(4)));
+        assert_eq!((bad.code, bad.id.raw()), (INVALID_REQUEST, "4"));
+    }
+
+    // pins Y1, Y5: a message is forwarded as sent (member order, unknown members, numbers
+    // past f64, escapes) with only its id rewritten; ids are answered as sent
+    #[test]
+    fn messages_are_forwarded_as_sent() {
+        let line = r#"{"method":"x/y","params":{"n":123456789012345678901234567890,"z":-0,"s":"\u00e9"},"id":1e2,"jsonrpc":"2.0","extra":[1.50]}"#;
+        let Message::Request { id, raw, .. } = parse(line).unwrap() else {
+            unreachable!()
+        };
+        assert_eq!(id.raw(), "1e2");
+        assert_eq!(raw.text(), line);
+        assert_eq!(raw.with_id("17"), line.replace(r#""id":1e2"#, r#""id":17"#));
+        let big = Id::from_raw(
+            &RawValue::from_string("123456789012345678901234567890".to_owned()).unwrap(),
+        );
+        let answer = answer_line(&big, Ok(&Map::new()));
+        assert_eq!(
+            answer,
+            r#"{"jsonrpc":"2.0","id":123456789012345678901234567890,"result":{}}"#
+        );
+        let error = error_line(&Id::null(), PARSE_ERROR, "bad");
+        let error: Value = serde_json::from_str(&error).unwrap();
+        assert_eq!(error["error"]["code"], PARSE_ERROR);
+        assert_eq!(error["id"], Value::Null);
     }
 }

@@ -9,15 +9,16 @@ use serde_json::{Map, Value};
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use super::jsonrpc::{error_response, result_response, tool_call, INTERNAL_ERROR};
+use super::jsonrpc::{answer_line, error_line, error_response, tool_call, Id, Raw, INTERNAL_ERROR};
 use super::router::{KeyedCall, Reply, Router};
 
-/// Serves the client's `tools/call` request `id` (the whole message `body`), registered
+/// Serves the client's `tools/call` request `id` (the whole message `body`, as sent `raw`), registered
 /// with the router as `call` (whose cancellation flag is `cancelled`).
 pub async fn serve(
     router: Arc<Router>,
-    id: Value,
+    id: Id,
     body: Map<String, Value>,
+    raw: Raw,
     call: KeyedCall,
     mut cancelled: watch::Receiver<bool>,
 ) {
@@ -28,14 +29,14 @@ pub async fn serve(
         // Each answer is sent before the call is finished: the proxy, winding down, exits
         // once no keyed call is left, and what was sent by then reaches the client.
         let Some(table) = router.tool_table().await else {
-            router.send_client(error_response(id, INTERNAL_ERROR, stopped(&stopping)));
+            router.send_client(error_line(&id, INTERNAL_ERROR, stopped(&stopping)));
             router.keyed_finished(call);
             return;
         };
         let Some(plan) = table.plan(&router.config, &tool) else {
             if !*cancelled.borrow() {
                 tracing::debug!("not keyed: passed through");
-                router.forward_request(id, "tools/call".to_owned(), body);
+                router.forward_request(id, "tools/call".to_owned(), &raw);
             }
             router.keyed_finished(call);
             return;
@@ -45,7 +46,7 @@ pub async fn serve(
             Some(router.engine.clone()),
             &router.config.conversation_meta,
         );
-        let forward = forward(&router, call, body);
+        let forward = forward(&router, call, &raw);
         let run = forwarded_call.run(plan.spec, plan.key, forward);
         let outcome = tokio::select! {
             outcome = run => Ended::Outcome(outcome),
@@ -60,15 +61,13 @@ pub async fn serve(
             } => Ended::Stopping,
         };
         match outcome {
-            Ended::Outcome(Ok(result)) => router.send_client(result_response(id, result)),
-            Ended::Outcome(Err(error)) => router.send_client(serde_json::json!({
-                "jsonrpc": "2.0", "id": id, "error": error,
-            })),
+            Ended::Outcome(Ok(result)) => router.send_client(answer_line(&id, Ok(&result))),
+            Ended::Outcome(Err(error)) => router.send_client(answer_line(&id, Err(&error))),
             Ended::Cancelled => tracing::info!(
                 "cancelled by the client and not answered by the server: the call ended as its on_cancel says"
             ),
             Ended::Stopping => {
-                router.send_client(error_response(id, INTERNAL_ERROR, stopped(&stopping)));
+                router.send_client(error_line(&id, INTERNAL_ERROR, stopped(&stopping)));
             }
         }
         router.keyed_finished(call);
@@ -94,8 +93,8 @@ fn stopped(stopping: &watch::Receiver<Option<String>>) -> String {
 }
 
 /// The body of a keyed call: the request to the server, and its answer (Y3, Y6).
-async fn forward(router: &Router, call: KeyedCall, body: Map<String, Value>) -> ServerAnswer {
-    let reply = router.forward_keyed(call, body).await;
+async fn forward(router: &Router, call: KeyedCall, raw: &Raw) -> ServerAnswer {
+    let reply = router.forward_keyed(call, raw).await;
     match reply {
         Ok(Reply::Answer(answer)) => ServerAnswer::from_response(answer),
         Ok(Reply::Lost(why)) => ServerAnswer::Lost { reason: why },

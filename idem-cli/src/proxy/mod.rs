@@ -21,7 +21,6 @@ use std::time::Duration;
 
 use idem_runtime::store::StoreLocator;
 use idem_runtime::Engine;
-use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
@@ -157,7 +156,7 @@ fn parse_upstream(text: &str) -> Result<::http::Uri, String> {
 
 /// Proxies until the client's input ends or the proxy must stop; the exit status.
 async fn serve(config: Config, engine: Engine, command: Vec<OsString>) -> u8 {
-    let (to_client, from_router) = mpsc::unbounded_channel::<Value>();
+    let (to_client, from_router) = mpsc::unbounded_channel::<Option<String>>();
     let (to_server, outgoing) = mpsc::unbounded_channel();
     let router = Arc::new(Router::new(config, engine, to_client, to_server));
     let writer = tokio::spawn(write_client(from_router));
@@ -217,7 +216,7 @@ async fn serve(config: Config, engine: Engine, command: Vec<OsString>) -> u8 {
     };
     shutdown.send_replace(true);
     let _ = supervisor.await;
-    router.send_client(Value::Null);
+    router.close_client();
     let _ = writer.await;
     code
 }
@@ -255,16 +254,11 @@ impl StopSignal {
     }
 }
 
-/// Writes each message to stdout as one line, until the `null` that ends the proxy.
-async fn write_client(mut messages: mpsc::UnboundedReceiver<Value>) {
+/// Writes each message to stdout as one line, until the `None` that ends the proxy.
+async fn write_client(mut messages: mpsc::UnboundedReceiver<Option<String>>) {
     let mut stdout = tokio::io::stdout();
-    while let Some(message) = messages.recv().await {
-        if message.is_null() {
-            break;
-        }
-        let Ok(mut line) = serde_json::to_vec(&message) else {
-            continue;
-        };
+    while let Some(Some(message)) = messages.recv().await {
+        let mut line = message.into_bytes();
         line.push(b'\n');
         if stdout.write_all(&line).await.is_err() || stdout.flush().await.is_err() {
             break;

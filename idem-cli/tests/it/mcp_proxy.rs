@@ -62,9 +62,16 @@ impl Proxy {
             .unwrap();
         let stdout = child.stdout.take().unwrap();
         let (sender, lines) = mpsc::channel();
+        // Every line as the proxy wrote it, for the tests of exact forwarding.
+        let mut transcript = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.path().join("client_saw"))
+            .unwrap();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
+                let _ = writeln!(transcript, "{line}");
                 let value = serde_json::from_str(&line).unwrap_or_else(|e| {
                     panic!("the proxy wrote a line that is not JSON ({e}): {line}")
                 });
@@ -593,4 +600,53 @@ fn arguments_that_are_not_an_object_are_refused() {
         assert_eq!(refused["error"]["code"], -32602, "{refused}");
     }
     assert!(proxy.file("effects").is_empty());
+}
+
+// pins Y1, Y5: a message is forwarded as its sender wrote it (member order, numbers past
+// f64, `-0`, escapes, unknown members), only its id rewritten; the client's id comes back
+// exactly as it sent it, an integer past 2^64 included
+#[test]
+fn messages_pass_through_byte_for_byte_but_their_ids() {
+    let mut proxy = Proxy::start("");
+    proxy.initialize();
+    let line = r#"{"params":{"z":-0,"big":123456789012345678901234567890,"s":"caf\u00e9","f":1.50},"method":"x/echo","jsonrpc":"2.0","id":98765432109876543210987654321,"extra":{"b":1,"a":2}}"#;
+    proxy.send_line(line);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let forwarded = loop {
+        if let Some(seen) = proxy
+            .file("log")
+            .iter()
+            .find_map(|l| l.strip_prefix("raw ").map(str::to_owned))
+        {
+            break seen;
+        }
+        assert!(Instant::now() < deadline, "{:?}", proxy.file("log"));
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let proxy_id: Value = serde_json::from_str::<Value>(&forwarded).unwrap()["id"].clone();
+    assert!(proxy_id.is_u64(), "{forwarded}");
+    assert_eq!(
+        forwarded,
+        line.replace(
+            r#""id":98765432109876543210987654321"#,
+            &format!(r#""id":{proxy_id}"#)
+        ),
+        "the server got the message as sent, but for its id"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let answered = loop {
+        if let Some(seen) = proxy
+            .file("client_saw")
+            .into_iter()
+            .find(|l| l.contains("echoed"))
+        {
+            break seen;
+        }
+        assert!(Instant::now() < deadline, "{:?}", proxy.file("client_saw"));
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(
+        answered,
+        r#"{"result":{"echoed":true,"n":-0,"big":123456789012345678901234567890},"jsonrpc":"2.0","id":98765432109876543210987654321}"#
+    );
 }

@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::config::Config;
-use super::jsonrpc::{self, error_response, id_text, Message, INTERNAL_ERROR};
+use super::jsonrpc::{self, error_line, id_text, Id, Message, INTERNAL_ERROR};
 use super::tools::ToolTable;
 
 mod listing;
@@ -32,8 +32,8 @@ pub struct Outgoing {
     /// The proxy's id of the request (its `id` member), `None` for notifications and
     /// responses.
     pub proxy_id: Option<u64>,
-    /// The message.
-    pub message: Value,
+    /// The message, one line of JSON text (no newline).
+    pub line: String,
 }
 
 /// What a request the proxy sent the server came to.
@@ -55,7 +55,7 @@ pub struct KeyedCall(u64);
 #[derive(Debug)]
 enum Waiter {
     /// The client, whose request had `id`: the answer goes to it with that id.
-    Client { id: Value, method: String },
+    Client { id: Id, method: String },
     /// A task of the proxy (a keyed call, the tool listing, the re-initialisation).
     Task(oneshot::Sender<Reply>),
 }
@@ -86,7 +86,7 @@ struct State {
     /// The client's id (as text) of each client request in flight to the server.
     client_ids: HashMap<String, u64>,
     /// Requests the server sent the client: proxy id → (generation, the server's id).
-    to_client: HashMap<u64, (u64, Value)>,
+    to_client: HashMap<u64, (u64, Id)>,
     /// The same, by (generation, the server's id as text): for the server's cancellations.
     server_ids: HashMap<(u64, String), u64>,
     keyed: HashMap<u64, KeyedEntry>,
@@ -109,7 +109,7 @@ struct State {
 pub struct Router {
     pub(super) config: Config,
     pub(super) engine: Engine,
-    to_client: mpsc::UnboundedSender<Value>,
+    to_client: mpsc::UnboundedSender<Option<String>>,
     to_server: mpsc::UnboundedSender<Outgoing>,
     state: Mutex<State>,
     tools: watch::Sender<Option<Arc<ToolTable>>>,
@@ -127,7 +127,7 @@ impl Router {
     pub fn new(
         config: Config,
         engine: Engine,
-        to_client: mpsc::UnboundedSender<Value>,
+        to_client: mpsc::UnboundedSender<Option<String>>,
         to_server: mpsc::UnboundedSender<Outgoing>,
     ) -> Self {
         Router {
@@ -146,15 +146,20 @@ impl Router {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Sends `message` to the client. A client that is gone is not an error: the proxy
-    /// winds down when its input ends.
-    pub fn send_client(&self, message: Value) {
-        let _ = self.to_client.send(message);
+    /// Sends `line` (one JSON-RPC message) to the client. A client that is gone is not an
+    /// error: the proxy winds down when its input ends.
+    pub fn send_client(&self, line: String) {
+        let _ = self.to_client.send(Some(line));
     }
 
-    fn send_server(&self, proxy_id: Option<u64>, message: Value) {
+    /// Ends the client's output once what was sent before is written.
+    pub fn close_client(&self) {
+        let _ = self.to_client.send(None);
+    }
+
+    fn send_server(&self, proxy_id: Option<u64>, line: String) {
         if let Err(mpsc::error::SendError(unsent)) =
-            self.to_server.send(Outgoing { proxy_id, message })
+            self.to_server.send(Outgoing { proxy_id, line })
         {
             if let Some(id) = unsent.proxy_id {
                 self.not_delivered(id, "the proxy is shutting down");
@@ -195,7 +200,7 @@ impl Router {
         for pending in pending {
             match pending.waiter {
                 Waiter::Client { id, .. } => {
-                    self.send_client(error_response(id, INTERNAL_ERROR, why.to_owned()));
+                    self.send_client(error_line(&id, INTERNAL_ERROR, why));
                 }
                 Waiter::Task(sender) => {
                     let reply = match pending.written {
@@ -223,12 +228,17 @@ impl Router {
                     "malformed message from the client: {}",
                     bad.why
                 );
-                self.send_client(error_response(bad.id, bad.code, bad.why));
+                self.send_client(error_line(&bad.id, bad.code, bad.why));
                 return;
             }
         };
         match message {
-            Message::Request { id, method, body } => {
+            Message::Request {
+                id,
+                method,
+                body,
+                raw,
+            } => {
                 self.remember_protocol_meta(&body);
                 if method == "tools/call" {
                     // Registered before its task runs: a client that closes its input
@@ -236,35 +246,42 @@ impl Router {
                     // for it before it exits).
                     let (call, cancelled) = self.keyed_started(&id);
                     let router = Arc::clone(self);
-                    tokio::spawn(super::keyed::serve(router, id, body, call, cancelled));
+                    tokio::spawn(super::keyed::serve(router, id, body, raw, call, cancelled));
                 } else {
                     if method == "initialize" {
                         self.state().initialize = body.get("params").cloned();
                     }
-                    self.forward_request(id, method, body);
+                    self.forward_request(id, method, &raw);
                 }
             }
-            Message::Notification { method, mut body } => match method.as_str() {
-                "notifications/cancelled" if !self.cancel_from_client(&mut body) => {}
+            Message::Notification {
+                method,
+                mut body,
+                raw,
+            } => match method.as_str() {
+                "notifications/cancelled" => {
+                    if self.cancel_from_client(&mut body) {
+                        self.send_server(None, Value::Object(body).to_string());
+                    }
+                }
                 "notifications/initialized" => {
                     self.state().initialized = true;
-                    self.send_server(None, Value::Object(body));
+                    self.send_server(None, raw.text());
                     self.probe_tools();
                 }
-                _ => self.send_server(None, Value::Object(body)),
+                _ => self.send_server(None, raw.text()),
             },
-            Message::Response { id, mut body } => {
+            Message::Response { id, raw, .. } => {
                 // The client's answer to a request the server sent it, by the proxy's id.
-                let target = id.as_u64().and_then(|proxy_id| {
+                let target = id.value().as_u64().and_then(|proxy_id| {
                     let mut state = self.state();
                     let (generation, server_id) = state.to_client.remove(&proxy_id)?;
-                    state.server_ids.remove(&(generation, id_text(&server_id)));
+                    state.server_ids.remove(&(generation, server_id.text()));
                     (generation == state.generation).then_some(server_id)
                 });
                 match target {
                     Some(server_id) => {
-                        body.insert("id".into(), server_id);
-                        self.send_server(None, Value::Object(body));
+                        self.send_server(None, raw.with_id(server_id.raw()));
                     }
                     None => tracing::warn!(
                         id = %id,
@@ -289,12 +306,13 @@ impl Router {
         }
     }
 
-    /// Forwards a client's request with the proxy's id, the answer to go back to `id`.
-    pub fn forward_request(&self, id: Value, method: String, mut body: Map<String, Value>) {
+    /// Forwards a client's request (`raw`) with the proxy's id, the answer to go back to
+    /// `id`.
+    pub fn forward_request(&self, id: Id, method: String, raw: &jsonrpc::Raw) {
         let proxy_id = {
             let mut state = self.state();
             let proxy_id = next_id(&mut state);
-            state.client_ids.insert(id_text(&id), proxy_id);
+            state.client_ids.insert(id.text(), proxy_id);
             state.to_server.insert(
                 proxy_id,
                 Pending {
@@ -304,8 +322,7 @@ impl Router {
             );
             proxy_id
         };
-        body.insert("id".into(), Value::from(proxy_id));
-        self.send_server(Some(proxy_id), Value::Object(body));
+        self.send_server(Some(proxy_id), raw.with_id(&proxy_id.to_string()));
     }
 
     /// Sends the proxy's own request (`method`, `params`) to the server; the reply comes
@@ -319,7 +336,7 @@ impl Router {
         if let Some(params) = params {
             message.insert("params".into(), params);
         }
-        self.send_server(Some(proxy_id), Value::Object(message));
+        self.send_server(Some(proxy_id), Value::Object(message).to_string());
         receiver
     }
 
@@ -340,13 +357,9 @@ impl Router {
         (proxy_id, receiver)
     }
 
-    /// Sends a client's keyed `tools/call` (whose client id is `client_id`) to the server
-    /// with the proxy's own id (Y3, Y5).
-    pub fn forward_keyed(
-        &self,
-        call: KeyedCall,
-        mut body: Map<String, Value>,
-    ) -> oneshot::Receiver<Reply> {
+    /// Sends a client's keyed `tools/call` (`raw`) to the server with the proxy's own id
+    /// (Y3, Y5).
+    pub fn forward_keyed(&self, call: KeyedCall, raw: &jsonrpc::Raw) -> oneshot::Receiver<Reply> {
         let (sender, receiver) = oneshot::channel();
         let proxy_id = {
             let mut state = self.state();
@@ -363,21 +376,20 @@ impl Router {
             }
             proxy_id
         };
-        body.insert("id".into(), Value::from(proxy_id));
-        self.send_server(Some(proxy_id), Value::Object(body));
+        self.send_server(Some(proxy_id), raw.with_id(&proxy_id.to_string()));
         receiver
     }
 
     /// Registers a keyed call of the client's request `client_id`: its handle and its
     /// cancellation flag.
-    pub fn keyed_started(&self, client_id: &Value) -> (KeyedCall, watch::Receiver<bool>) {
+    pub fn keyed_started(&self, client_id: &Id) -> (KeyedCall, watch::Receiver<bool>) {
         let (cancelled, receiver) = watch::channel(false);
         let mut state = self.state();
         let number = next_id(&mut state);
         state.keyed.insert(
             number,
             KeyedEntry {
-                client_id: id_text(client_id),
+                client_id: client_id.text(),
                 cancelled,
                 proxy_id: None,
             },
@@ -462,22 +474,22 @@ impl Router {
             }
         };
         match message {
-            Message::Response { id, body } => self.answer_from_server(id, body),
-            Message::Request { id, body, .. } => {
-                let mut body = body;
+            Message::Response { id, body, raw } => self.answer_from_server(id, body, &raw),
+            Message::Request { id, raw, .. } => {
                 let proxy_id = {
                     let mut state = self.state();
                     let proxy_id = next_id(&mut state);
-                    state
-                        .server_ids
-                        .insert((generation, id_text(&id)), proxy_id);
+                    state.server_ids.insert((generation, id.text()), proxy_id);
                     state.to_client.insert(proxy_id, (generation, id));
                     proxy_id
                 };
-                body.insert("id".into(), Value::from(proxy_id));
-                self.send_client(Value::Object(body));
+                self.send_client(raw.with_id(&proxy_id.to_string()));
             }
-            Message::Notification { method, mut body } => {
+            Message::Notification {
+                method,
+                mut body,
+                raw,
+            } => {
                 if method == "notifications/cancelled" {
                     let request_id = param(&body, "requestId").cloned();
                     let proxy_id = request_id.and_then(|id| {
@@ -495,8 +507,10 @@ impl Router {
                         }
                         _ => return,
                     }
+                    self.send_client(Value::Object(body).to_string());
+                } else {
+                    self.send_client(raw.text());
                 }
-                self.send_client(Value::Object(body));
                 if method == "notifications/tools/list_changed" {
                     self.tools.send_replace(None);
                     self.probe_tools();
@@ -505,12 +519,12 @@ impl Router {
         }
     }
 
-    fn answer_from_server(&self, id: Value, mut body: Map<String, Value>) {
-        let pending = id.as_u64().and_then(|proxy_id| {
+    fn answer_from_server(&self, id: Id, mut body: Map<String, Value>, raw: &jsonrpc::Raw) {
+        let pending = id.value().as_u64().and_then(|proxy_id| {
             let mut state = self.state();
             let pending = state.to_server.remove(&proxy_id)?;
             if let Waiter::Client { id, method } = &pending.waiter {
-                state.client_ids.remove(&id_text(id));
+                state.client_ids.remove(&id.text());
                 if method == "initialize" && body.contains_key("result") {
                     state.initialize_answered = true;
                 }
@@ -520,10 +534,14 @@ impl Router {
         match pending.map(|p| p.waiter) {
             Some(Waiter::Client { id, method }) => {
                 if matches!(method.as_str(), "initialize" | "server/discover") {
+                    // The one answer the proxy changes (Y1): re-serialised.
                     self.advertise(&mut body);
+                    body.insert("id".into(), Value::Null);
+                    let advertised = jsonrpc::Raw::from_value(&body);
+                    self.send_client(advertised.with_id(id.raw()));
+                } else {
+                    self.send_client(raw.with_id(id.raw()));
                 }
-                body.insert("id".into(), id);
-                self.send_client(Value::Object(body));
             }
             Some(Waiter::Task(sender)) => {
                 let _ = sender.send(Reply::Answer(body));

@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::{Pending, Reply, Router, Waiter};
-use crate::proxy::jsonrpc::{error_response, id_text, INTERNAL_ERROR};
+use crate::proxy::jsonrpc::{error_line, INTERNAL_ERROR};
 
 impl Router {
     /// A new server process, `generation`, replaces the last.
@@ -32,9 +32,9 @@ impl Router {
         let pending = self.state().to_server.remove(&proxy_id);
         match pending.map(|p| p.waiter) {
             Some(Waiter::Client { id, .. }) => {
-                self.state().client_ids.remove(&id_text(&id));
-                self.send_client(error_response(
-                    id,
+                self.state().client_ids.remove(&id.text());
+                self.send_client(error_line(
+                    &id,
                     INTERNAL_ERROR,
                     format!("the MCP server did not get the request: {why}"),
                 ));
@@ -69,9 +69,9 @@ impl Router {
         for pending in lost {
             match pending.waiter {
                 Waiter::Client { id, method } => {
-                    self.state().client_ids.remove(&id_text(&id));
-                    self.send_client(error_response(
-                        id,
+                    self.state().client_ids.remove(&id.text());
+                    self.send_client(error_line(
+                        &id,
                         INTERNAL_ERROR,
                         format!("{why} before answering `{method}`; idem restarts it: retry"),
                     ));
