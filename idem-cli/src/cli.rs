@@ -52,7 +52,8 @@ pub struct Cli {
     pub namespace: Option<String>,
 
     /// How long to wait for the store before giving up with exit 3: a humantime span
-    /// (`30s`, `2m`).
+    /// (`30s`, `2m`). Not used by `mcp-proxy`, whose calls wait as its config's `wait` and
+    /// `lease` say.
     #[arg(long, global = true, default_value = "30s", value_name = "DURATION")]
     pub timeout: humantime::Duration,
 
@@ -135,7 +136,8 @@ pub enum Command {
     /// The store is created and migrated if needed (unlike the other commands); without
     /// --store or IDEM_STORE outcomes live in memory for the proxy's lifetime. Logs go to
     /// stderr (IDEM_LOG sets the filter, default `info`). Exit 0 when the client closes its
-    /// input, 1 when the server cannot be kept running, 2 for a configuration the server
+    /// input or on SIGTERM/SIGINT (keyed calls in progress get up to `cancel_wait` to end),
+    /// 1 when the server cannot be kept running, 2 for a configuration the server
     /// contradicts (a tool it does not list, a key member its schema lacks).
     ///
     /// Example: `idem mcp-proxy --store sqlite:proxy.db --config idem.toml -- python

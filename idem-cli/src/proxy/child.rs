@@ -98,12 +98,16 @@ pub async fn supervise(
         failures += 1;
         if failures > MAX_RESTARTS {
             router.stop(
-                format!("{why}; it failed {failures} times in a row, so idem mcp-proxy stops"),
+                format!(
+                    "{why}; it ended {failures} times in a row without a successful start ({MAX_RESTARTS} restarts), so idem mcp-proxy stops"
+                ),
                 1,
             );
             return;
         }
-        tracing::warn!("{why}; restarting it in {backoff:?}");
+        tracing::warn!(
+            "{why}; restarting it in {backoff:?} (restart {failures} of at most {MAX_RESTARTS} in a row)"
+        );
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }

@@ -6,6 +6,7 @@
 //! ttl = "24h"                            # defaults for every keyed tool
 //! lease = "60s"
 //! cancel_wait = "30s"
+//! audit = false                          # true: records keep the key arguments (P2)
 //!
 //! [tools.send_refund]
 //! key = ["order_id"]                     # the other arguments are fingerprint
@@ -41,8 +42,9 @@ struct File {
     lease: Option<Span>,
     wait: Option<Span>,
     heartbeat: Option<Span>,
-    on_unknown: Option<Policy>,
-    on_cancel: Option<Policy>,
+    on_unknown: Option<UnknownPolicy>,
+    on_cancel: Option<CancelPolicy>,
+    audit: Option<bool>,
     #[serde(default)]
     tools: BTreeMap<String, ToolFile>,
 }
@@ -59,8 +61,9 @@ struct ToolFile {
     lease: Option<Span>,
     wait: Option<Span>,
     heartbeat: Option<Span>,
-    on_unknown: Option<Policy>,
-    on_cancel: Option<Policy>,
+    on_unknown: Option<UnknownPolicy>,
+    on_cancel: Option<CancelPolicy>,
+    audit: Option<bool>,
 }
 
 impl ToolFile {
@@ -76,6 +79,7 @@ impl ToolFile {
             ("heartbeat", self.heartbeat.is_some()),
             ("on_unknown", self.on_unknown.is_some()),
             ("on_cancel", self.on_cancel.is_some()),
+            ("audit", self.audit.is_some()),
         ]
         .into_iter()
         .filter_map(|(name, given)| given.then_some(name))
@@ -91,8 +95,9 @@ struct Settings {
     lease: Option<Span>,
     wait: Option<Span>,
     heartbeat: Option<Span>,
-    on_unknown: Option<Policy>,
-    on_cancel: Option<Policy>,
+    on_unknown: Option<UnknownPolicy>,
+    on_cancel: Option<CancelPolicy>,
+    audit: Option<bool>,
 }
 
 /// A humantime span (`"30s"`, `"7d"`).
@@ -110,21 +115,52 @@ impl<'de> Deserialize<'de> for Span {
     }
 }
 
-/// `on_unknown = "hold" | "rerun"`, `on_cancel = "hold" | "release"`.
+/// `on_unknown = "hold" | "rerun"` (U2, U2a).
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
-enum Policy {
+enum UnknownPolicy {
     Hold,
     Rerun,
+}
+
+/// `on_cancel = "hold" | "release"` (U4).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum CancelPolicy {
+    Hold,
     Release,
 }
 
 /// `require_approval = true | false | "30m"`.
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug, Clone, Copy)]
 enum Approval {
     Required(bool),
     ValidFor(Span),
+}
+
+impl<'de> Deserialize<'de> for Approval {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl serde::de::Visitor<'_> for Visit {
+            type Value = Approval;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("true, false, or how long an approval lets a call run (a humantime span such as \"30m\")")
+            }
+            fn visit_bool<E: serde::de::Error>(self, required: bool) -> Result<Approval, E> {
+                Ok(Approval::Required(required))
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Approval, E> {
+                humantime::parse_duration(text)
+                    .map(|span| Approval::ValidFor(Span(span)))
+                    .map_err(|e| {
+                        E::custom(format!(
+                            "{text:?} is not a span ({e}): write true, false, or how long an approval lets a call run, such as \"30m\""
+                        ))
+                    })
+            }
+        }
+        deserializer.deserialize_any(Visit)
+    }
 }
 
 /// How the proxy treats one tool (Y2, Y3).
@@ -215,8 +251,9 @@ impl Config {
             heartbeat: file.heartbeat,
             on_unknown: file.on_unknown,
             on_cancel: file.on_cancel,
+            audit: file.audit,
         };
-        let defaults = apply(ToolSpec::new(""), &top).map_err(&bad)?;
+        let defaults = apply(ToolSpec::new(""), &top);
         ForwardedCall::spec("default", &defaults)
             .map_err(|e| bad(e.to_string().replace("tool `default`", "the defaults")))?;
         let mut tools = BTreeMap::new();
@@ -235,8 +272,9 @@ impl Config {
                 heartbeat: tool.heartbeat,
                 on_unknown: tool.on_unknown,
                 on_cancel: tool.on_cancel,
+                audit: tool.audit,
             };
-            let mut spec = apply(defaults, &own).map_err(at)?;
+            let mut spec = apply(defaults, &own);
             if let Some(scope) = &tool.scope {
                 spec.scope = parse_scope(scope).map_err(|e| at(format!("scope: {e}")))?;
             }
@@ -313,7 +351,7 @@ impl Config {
 }
 
 /// `spec` with the settings the file gives.
-fn apply(mut spec: ToolSpec, settings: &Settings) -> Result<ToolSpec, String> {
+fn apply(mut spec: ToolSpec, settings: &Settings) -> ToolSpec {
     if let Some(Span(ttl)) = settings.ttl {
         spec.ttl = ttl;
     }
@@ -328,21 +366,18 @@ fn apply(mut spec: ToolSpec, settings: &Settings) -> Result<ToolSpec, String> {
     }
     spec.on_unknown = match settings.on_unknown {
         None => spec.on_unknown,
-        Some(Policy::Hold) => OnUnknown::Hold,
-        Some(Policy::Rerun) => OnUnknown::Rerun,
-        Some(Policy::Release) => {
-            return Err("on_unknown is \"hold\" or \"rerun\", not \"release\"".to_owned())
-        }
+        Some(UnknownPolicy::Hold) => OnUnknown::Hold,
+        Some(UnknownPolicy::Rerun) => OnUnknown::Rerun,
     };
     spec.on_cancel = match settings.on_cancel {
         None => spec.on_cancel,
-        Some(Policy::Hold) => OnCancel::Hold,
-        Some(Policy::Release) => OnCancel::Release,
-        Some(Policy::Rerun) => {
-            return Err("on_cancel is \"hold\" or \"release\", not \"rerun\"".to_owned())
-        }
+        Some(CancelPolicy::Hold) => OnCancel::Hold,
+        Some(CancelPolicy::Release) => OnCancel::Release,
     };
-    Ok(spec)
+    if let Some(audit) = settings.audit {
+        spec.audit = audit;
+    }
+    spec
 }
 
 /// `conversation`, `global`, `call`, or the name of a `_meta` member (K7's scope names).
@@ -381,6 +416,7 @@ mod tests {
             scope = "tenant"
             on_cancel = "release"
             require_approval = "30m"
+            audit = true
             [tools.search]
             keyed = false
             "#,
@@ -395,10 +431,12 @@ mod tests {
         assert_eq!(plan.spec.scope, Scope::Named("tenant"));
         assert_eq!(plan.spec.on_cancel, OnCancel::Release);
         assert_eq!(plan.spec.approval, Some(Duration::from_secs(1800)));
+        assert!(plan.spec.audit);
         assert!(config.plan("search", false).is_none());
         let other = config.plan("other", false).unwrap();
         assert_eq!(other.spec.lease, Duration::from_secs(2));
         assert!(other.key.is_none());
+        assert!(!other.spec.audit);
     }
 
     // pins Y2: read-only tools pass through unless the file keys them
@@ -426,7 +464,19 @@ mod tests {
         let e = refused("conversation_meta = \"idempotencyKey\"\n");
         assert!(e.contains("conversation_meta"), "{e}");
         let e = refused("on_unknown = \"release\"\n");
-        assert!(e.contains("on_unknown"), "{e}");
+        assert!(
+            e.contains("on_unknown") && e.contains("expected `hold` or `rerun`"),
+            "{e}"
+        );
+        let e = refused("[tools.x]\non_cancel = \"rerun\"\n");
+        assert!(e.contains("expected `hold` or `release`"), "{e}");
+        let e = refused("[tools.x]\nrequire_approval = \"soon\"\n");
+        assert!(
+            e.contains("require_approval") && e.contains("\"soon\" is not a span"),
+            "{e}"
+        );
+        let e = refused("[tools.x]\nrequire_approval = 3\n");
+        assert!(e.contains("true, false, or how long"), "{e}");
         let e = refused("[tools.x]\nrequire_approval = \"0s\"\n");
         assert!(e.contains("require_approval"), "{e}");
         let e = refused("[tools.x]\nkey = [\"\"]\n");

@@ -13,13 +13,10 @@ pub const INVALID_REQUEST: i64 = -32600;
 pub const INTERNAL_ERROR: i64 = -32603;
 
 /// A request id exactly as its sender wrote it (JSON-RPC ids are compared and answered as
-/// sent: `1e2`, `-0` or an integer past 2^64 come back unchanged), with its parsed value.
+/// sent: `1e2`, `-0` or an integer past 2^64 come back unchanged): its JSON text.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Id {
-    /// The id's JSON text as sent.
     raw: String,
-    /// The id, parsed (for logs and for matching a cancellation's `requestId`).
-    value: Value,
 }
 
 impl Id {
@@ -27,15 +24,6 @@ impl Id {
     pub fn null() -> Self {
         Id {
             raw: "null".to_owned(),
-            value: Value::Null,
-        }
-    }
-
-    /// The id whose JSON text is `raw` (as the message carried it).
-    fn from_raw(raw: &RawValue) -> Self {
-        Id {
-            raw: raw.get().to_owned(),
-            value: serde_json::from_str(raw.get()).unwrap_or(Value::Null),
         }
     }
 
@@ -45,14 +33,14 @@ impl Id {
     }
 
     /// The key it is looked up by (its parsed value's JSON, so `1` and `"1"` differ, as
-    /// JSON-RPC says).
+    /// JSON-RPC says, and a cancellation's `requestId` finds it).
     pub fn text(&self) -> String {
-        id_text(&self.value)
+        id_text(&self.value())
     }
 
     /// Its parsed value.
-    pub fn value(&self) -> &Value {
-        &self.value
+    pub fn value(&self) -> Value {
+        serde_json::from_str(&self.raw).unwrap_or(Value::Null)
     }
 }
 
@@ -217,18 +205,15 @@ pub fn parse(line: &str) -> Result<Message, Malformed> {
     };
     // An object that parsed as a Value parses as members too.
     let raw = Raw::parse(line).unwrap_or(Raw(Vec::new()));
-    let id = body.get("id").map(|value| {
-        raw.member("id").map_or_else(
-            || Id {
-                raw: value.to_string(),
-                value: value.clone(),
-            },
-            Id::from_raw,
-        )
+    let id = body.get("id").map(|value| Id {
+        raw: raw
+            .member("id")
+            .map_or_else(|| value.to_string(), |raw| raw.get().to_owned()),
     });
-    let usable_id = id
-        .clone()
-        .filter(|id| id.value.is_string() || id.value.is_number());
+    let usable_id = id.clone().filter(|_| {
+        body.get("id")
+            .is_some_and(|id| id.is_string() || id.is_number())
+    });
     let answer_id = usable_id.clone().unwrap_or_else(Id::null);
     if body.get("jsonrpc") != Some(&Value::from("2.0")) {
         return Err(invalid(answer_id, "`jsonrpc` must be \"2.0\"".to_owned()));
@@ -264,6 +249,31 @@ pub fn parse(line: &str) -> Result<Message, Malformed> {
                 .to_owned(),
         )),
     }
+}
+
+/// The answer to `line` when it is a JSON-RPC batch (an array), which MCP removed in
+/// 2025-06-18 and the proxy does not forward: one invalid-request error per request in it
+/// (each with its id, as JSON-RPC answers a batch), `Some(None)` when it holds only
+/// notifications (JSON-RPC answers nothing then); `None` when `line` is no batch.
+pub fn refuse_batch(line: &str) -> Option<Option<String>> {
+    let elements: Vec<Box<RawValue>> = serde_json::from_str(line).ok()?;
+    if elements.is_empty() {
+        return Some(Some(error_line(
+            &Id::null(),
+            INVALID_REQUEST,
+            "an empty batch is no JSON-RPC request",
+        )));
+    }
+    let why = "idem mcp-proxy does not take JSON-RPC batches (MCP removed them in protocol version 2025-06-18): send each message on its own line";
+    let answers: Vec<String> = elements
+        .iter()
+        .filter_map(|element| match parse(element.get()) {
+            Ok(Message::Request { id, .. }) => Some(error_line(&id, INVALID_REQUEST, why)),
+            Ok(_) => None,
+            Err(bad) => Some(error_line(&bad.id, bad.code, bad.why)),
+        })
+        .collect();
+    Some((!answers.is_empty()).then(|| format!("[{}]", answers.join(","))))
 }
 
 fn invalid(id: Id, why: String) -> Malformed {
@@ -372,13 +382,32 @@ mod tests {
         assert_eq!(id.raw(), "1e2");
         assert_eq!(raw.text(), line);
         assert_eq!(raw.with_id("17"), line.replace(r#""id":1e2"#, r#""id":17"#));
-        let big = Id::from_raw(
-            &RawValue::from_string("123456789012345678901234567890".to_owned()).unwrap(),
-        );
+        let big = Id {
+            raw: "123456789012345678901234567890".to_owned(),
+        };
         let answer = answer_line(&big, Ok(&Map::new()));
         assert_eq!(
             answer,
             r#"{"jsonrpc":"2.0","id":123456789012345678901234567890,"result":{}}"#
+        );
+        let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","method":"n"},{"jsonrpc":"2.0","id":"b","method":"tools/call"}]"#;
+        let answers: Value = serde_json::from_str(&refuse_batch(batch).unwrap().unwrap()).unwrap();
+        let ids: Vec<&Value> = answers
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| &a["id"])
+            .collect();
+        assert_eq!(ids, [&json!(1), &json!("b")]);
+        assert_eq!(answers[0]["error"]["code"], INVALID_REQUEST);
+        assert_eq!(
+            refuse_batch(r#"[{"jsonrpc":"2.0","method":"n"}]"#),
+            Some(None)
+        );
+        assert!(refuse_batch("[]").unwrap().unwrap().contains("empty batch"));
+        assert_eq!(
+            refuse_batch(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#),
+            None
         );
         let error = error_line(&Id::null(), PARSE_ERROR, "bad");
         let error: Value = serde_json::from_str(&error).unwrap();

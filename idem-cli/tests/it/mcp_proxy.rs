@@ -307,6 +307,15 @@ fn malformed_lines_are_answered_and_dropped_and_the_proxy_goes_on() {
     proxy.send_line(r#"{"jsonrpc":"2.0","id":5}"#);
     let invalid = proxy.wait_for("invalid request", |m| m["error"]["code"] == -32600);
     assert_eq!(invalid["id"], 5);
+    // A batch (removed from MCP in 2025-06-18) is refused request by request, as JSON-RPC
+    // answers a batch: an array with one error per id, so no request waits forever.
+    proxy.send_line(
+        r#"[{"jsonrpc":"2.0","id":8,"method":"ping"},{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"send_refund","arguments":{}}}]"#,
+    );
+    let batch = proxy.wait_for("batch answer", Value::is_array);
+    let ids: Vec<&Value> = batch.as_array().unwrap().iter().map(|a| &a["id"]).collect();
+    assert_eq!(ids, [&json!(8), &json!(9)], "{batch}");
+    assert!(proxy.file("effects").is_empty(), "nothing in a batch runs");
     proxy.send_line(r#"{"jsonrpc":"2.0","id":6,"method":"ping","params":{}}"#);
     assert_eq!(proxy.response(json!(6))["result"], json!({}));
     let junk = proxy.call(7, "garbage", json!({}));
@@ -535,7 +544,8 @@ fn sigterm_lets_a_keyed_call_in_progress_finish() {
 
 // pins Y9, Y7, U1, U2: a keyed call the server has not answered within cancel_wait of the
 // proxy being stopped has an unknown outcome: answered outcome_unknown, held for a person
-// in the store, not run again by a retry
+// in the store, not run again by a retry; a duplicate still waiting for its claim is
+// answered with an error and never forwarded
 #[test]
 fn a_stopped_proxy_holds_a_call_the_server_never_answered() {
     let config = "cancel_wait = \"500ms\"\n";
@@ -544,6 +554,10 @@ fn a_stopped_proxy_holds_a_call_the_server_never_answered() {
     proxy.send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
         "params": {"name": "slow", "arguments": {"ms": 60000}, "_meta": {"conversationId": "c1"}}}));
     wait_for_effects(&proxy, 1);
+    // A duplicate, waiting for the first call's claim when the proxy stops: never forwarded.
+    proxy.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "slow", "arguments": {"ms": 60000}, "_meta": {"conversationId": "c1"}}}));
+    std::thread::sleep(Duration::from_millis(200));
     drop(proxy.stdin.take());
     let answer = proxy.response(json!(1));
     assert_eq!(
@@ -551,6 +565,15 @@ fn a_stopped_proxy_holds_a_call_the_server_never_answered() {
         "{answer}"
     );
     assert!(text(&answer).contains("the proxy is stopping"), "{answer}");
+    let duplicate = proxy.response(json!(2));
+    assert_eq!(duplicate["error"]["code"], -32603, "{duplicate}");
+    assert!(
+        duplicate["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not forwarded"),
+        "{duplicate}"
+    );
     let (code, stderr) = proxy.wait();
     assert_eq!(code, 0, "{stderr}");
     let dir = Arc::clone(&proxy.dir);

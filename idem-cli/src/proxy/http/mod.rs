@@ -71,6 +71,9 @@ struct HttpProxy {
     upstream: Uri,
     client: Client<HttpConnector, Full<Bytes>>,
     tools: Arc<Mutex<Option<Arc<ToolTable>>>>,
+    /// Held while the proxy lists the upstream's tools: concurrent keyed calls wait for one
+    /// listing instead of each making its own.
+    listing: tokio::sync::Mutex<()>,
     /// Keyed calls in progress, by (session, the client's JSON-RPC id): cancelled? (Y7).
     keyed: Mutex<HashMap<(String, String), Keyed>>,
     next_id: AtomicU64,
@@ -107,6 +110,7 @@ pub async fn serve(config: Config, engine: Engine, listen: SocketAddr, upstream:
         upstream,
         client: Client::builder(TokioExecutor::new()).build_http(),
         tools: Arc::default(),
+        listing: tokio::sync::Mutex::new(()),
         keyed: Mutex::default(),
         next_id: AtomicU64::new(0),
         fatal: watch::channel(None).0,
@@ -355,12 +359,17 @@ impl HttpProxy {
 
     /// The upstream's tools, listed with the client's session headers if not yet (Y2).
     async fn tool_table(&self, headers: &HeaderMap) -> Result<Arc<ToolTable>, String> {
-        if let Some(table) = self
-            .tools
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-        {
+        let listed = || {
+            self.tools
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone()
+        };
+        if let Some(table) = listed() {
+            return Ok(table);
+        }
+        let _listing = self.listing.lock().await;
+        if let Some(table) = listed() {
             return Ok(table);
         }
         let mut table = ToolTable::default();

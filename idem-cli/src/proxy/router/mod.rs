@@ -220,6 +220,13 @@ impl Router {
         if line.trim().is_empty() {
             return;
         }
+        if let Some(answer) = jsonrpc::refuse_batch(line) {
+            tracing::warn!("a JSON-RPC batch from the client: refused");
+            if let Some(answer) = answer {
+                self.send_client(answer);
+            }
+            return;
+        }
         let message = match jsonrpc::parse(line) {
             Ok(message) => message,
             Err(bad) => {

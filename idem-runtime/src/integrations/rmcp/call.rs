@@ -48,6 +48,9 @@ pub struct McpCall {
     session: Option<String>,
     settings: CallSettings,
     keyed_by_server: bool,
+    /// The server's transport may give the call a session, which is the conversation when
+    /// `_meta` names none (M3): a `missing_scope` error says so. A proxy's call has none.
+    transport_sessions: bool,
 }
 
 /// A saved or replayed `result` of the call keyed in `context`, as every caller gets it, and
@@ -148,6 +151,7 @@ impl McpCall {
                 .cloned()
                 .unwrap_or_default(),
             keyed_by_server: context.extensions.get::<KeyedByServer>().is_some(),
+            transport_sessions: true,
         }
     }
 
@@ -166,6 +170,7 @@ impl McpCall {
             session: None,
             settings,
             keyed_by_server: false,
+            transport_sessions: false,
         }
     }
 
@@ -272,6 +277,7 @@ impl McpCall {
         let mut refused = Refused {
             conversation_meta_key: &self.settings.conversation_meta_key,
             client_key: false,
+            transport_sessions: self.transport_sessions,
         };
         let (context, client_key) = match self.call_context(spec) {
             Ok(found) => found,

@@ -471,6 +471,27 @@ mod tests {
         }
     }
 
+    // pins Y3, M6: a proxied call without a scope is refused with a text that names the
+    // `_meta` member to send and no transport session (a proxy's call has none)
+    #[tokio::test]
+    async fn a_call_without_a_conversation_is_told_what_to_send() {
+        let spec = ForwardedCall::spec("send", &ToolSpec::new("")).unwrap();
+        let params = json!({"name": "send", "arguments": {}});
+        let call = ForwardedCall::from_params(
+            params.as_object().unwrap(),
+            Some(Engine::in_memory()),
+            "threadId",
+        );
+        let refused = call
+            .run(spec, None, async { unreachable!("not forwarded") })
+            .await
+            .unwrap();
+        assert_eq!(refused["_meta"]["idem/error"], "missing_scope");
+        let text = refused["content"][0]["text"].as_str().unwrap();
+        assert!(text.contains("`_meta.threadId`"), "{text}");
+        assert!(!text.contains("session"), "{text}");
+    }
+
     // pins M5, Y3: the markers are added to the server's own _meta
     #[test]
     fn status_markers_keep_the_servers_meta() {

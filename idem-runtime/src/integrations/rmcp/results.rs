@@ -90,6 +90,9 @@ pub(crate) struct Refused<'a> {
     pub conversation_meta_key: &'a str,
     /// Whether the call carried a client idempotency key (then a conflict is about that key).
     pub client_key: bool,
+    /// Whether a session of the transport would be the conversation (an rmcp server's
+    /// call; not a proxy's).
+    pub transport_sessions: bool,
 }
 
 /// An error of the idempotency layer as a tool error (`isError: true`) whose text says what
@@ -248,8 +251,13 @@ fn describe(error: &Error, refused: Refused<'_>) -> (&'static str, Option<u64>, 
 fn missing_scope(tool: &str, scope: &str, refused: Refused<'_>) -> String {
     let send = match scope {
         "conversation" => format!(
-            "is keyed by conversation: send the conversation id as `_meta.{}` (a non-empty string, the same for every call of the conversation), or call it over a transport with sessions (streamable HTTP)",
-            refused.conversation_meta_key
+            "is keyed by conversation: send the conversation id as `_meta.{}` (a non-empty string, the same for every call of the conversation){}",
+            refused.conversation_meta_key,
+            if refused.transport_sessions {
+                ", or call it over a transport with sessions (streamable HTTP)"
+            } else {
+                ""
+            }
         ),
         "call" => format!(
             "is keyed by tool call: send the id of this tool call as `_meta.{TOOL_CALL_ID}` (a non-empty string, the same on every retry of the call)"
@@ -270,6 +278,7 @@ mod tests {
         Refused {
             conversation_meta_key: "threadId",
             client_key: false,
+            transport_sessions: true,
         }
     }
 
