@@ -7,10 +7,13 @@
 //! sqlite:PATH                              an SQLite file, created if absent (feature `sqlite`)
 //! sqlite::memory:                          a private in-memory SQLite database
 //! redis://[user[:password]@]host[:port][/db][?idem_prefix=P]        (feature `redis`)
-//! rediss://…                               the same over TLS, if redis-rs was built with TLS
+//! rediss://…[?ssl_ca_certs=CA&ssl_certfile=CERT&ssl_keyfile=KEY]    the same over TLS
 //! postgres://user[:password]@host[:port]/database[?…&idem_schema=S] (feature `postgres`)
 //! postgresql://…                           the same
 //! ```
+//!
+//! PostgreSQL URLs take libpq's TLS parameters (`sslmode`, `sslrootcert`, `sslcert`,
+//! `sslkey`); see `PostgresStore::connect` (feature `postgres`) and contract N1.
 //!
 //! Surrounding ASCII whitespace is ignored. `idem_prefix` sets the Redis key prefix
 //! (default [`DEFAULT_REDIS_PREFIX`]); `idem_schema` the PostgreSQL schema (default

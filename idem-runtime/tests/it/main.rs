@@ -61,4 +61,7 @@ mod results_shapes;
 mod rig;
 mod rig_composite;
 mod takeover_storm;
+mod tls_ca;
+mod tls_postgres;
+mod tls_redis;
 mod turn_identity;

@@ -21,8 +21,8 @@ use outage::PrivateServer;
 
 /// A PostgreSQL cluster in a temporary directory, listening on a free port on 127.0.0.1
 /// (and a socket in the directory). Dropping it stops the server (immediate mode) and
-/// deletes the directory, also when the test panics.
-struct PgServer {
+/// deletes the directory, also when the test panics. Also used by `tls_postgres`.
+pub(crate) struct PgServer {
     bin: PathBuf,
     dir: tempfile::TempDir,
     port: u16,
@@ -34,6 +34,13 @@ struct PgServer {
 impl PgServer {
     /// Makes and starts a cluster; panics with what to install when the binaries are missing.
     fn start() -> Self {
+        Self::start_with(|_| {})
+    }
+
+    /// As [`start`](Self::start), with `prepare` run on the data directory after `initdb`
+    /// and before the server starts (to add settings, files, `pg_hba.conf` lines); what it
+    /// writes is handed to the `postgres` OS user when this process is root.
+    pub(crate) fn start_with(prepare: impl FnOnce(&std::path::Path)) -> Self {
         let bin = find_bin_dir();
         let dir = tempfile::Builder::new()
             .prefix("idem-pg-outage-")
@@ -61,6 +68,15 @@ impl PgServer {
             .args(["-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-locale"])
             .arg("--no-sync");
         server.check(&mut initdb, "initdb");
+        prepare(&server.data());
+        if as_root() {
+            server.check(
+                Command::new("chown")
+                    .args(["-R", "postgres:postgres"])
+                    .arg(server.data()),
+                "chown the prepared data directory to postgres",
+            );
+        }
         // A port found free can be taken before the server binds it: try a few.
         for _ in 0..5 {
             server.port = free_port();
@@ -79,11 +95,21 @@ impl PgServer {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
+    /// The directory of its Unix socket (`host=DIR` in a `key=value` connection string).
+    pub(crate) fn socket_dir(&self) -> String {
+        self.dir.path().display().to_string()
+    }
+
+    /// The port it listens on (127.0.0.1).
+    pub(crate) fn port(&self) -> u16 {
+        self.port
+    }
+
     fn data(&self) -> PathBuf {
         self.dir.path().join("data")
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
     }
 

@@ -148,7 +148,7 @@ impl Drop for RedisServer {
 }
 
 /// A port nobody listens on right now (the OS picks it).
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")

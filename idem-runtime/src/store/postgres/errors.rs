@@ -33,6 +33,16 @@ pub enum PostgresConnectError {
         /// The refused name.
         schema: String,
     },
+    /// The TLS settings cannot be used: a certificate or key file that cannot be read or
+    /// holds none, no system root certificates for `verify-ca`/`verify-full` without
+    /// `sslrootcert`.
+    #[error("cannot set up TLS for the PostgreSQL store at {url}: {message}")]
+    Tls {
+        /// The URL, password redacted.
+        url: String,
+        /// What is wrong, naming the parameter and the file.
+        message: String,
+    },
     /// The connection pool could not be built.
     #[error("cannot set up the connection pool for the PostgreSQL store at {url}: {message}")]
     Pool {
@@ -120,6 +130,10 @@ pub(super) fn error_text(e: &tokio_postgres::Error) -> String {
     }
     if let Some(hint) = db.hint() {
         text.push_str(&format!(" (hint: {hint})"));
+    }
+    if db.message().contains("no encryption") {
+        // pg_hba.conf has only `hostssl` lines for this connection.
+        text.push_str(" (the server takes this connection only over TLS: add `sslmode=require`, or `sslmode=verify-full` with `sslrootcert=CA_FILE`, to the URL)");
     }
     text.push_str(&format!(" [SQLSTATE {}]", db.code().code()));
     text

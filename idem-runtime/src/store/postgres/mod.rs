@@ -351,6 +351,7 @@ mod sql;
 mod store_impl;
 #[cfg(test)]
 mod tests;
+mod tls;
 
 use std::fmt;
 use std::str::FromStr;
@@ -360,7 +361,6 @@ use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio::sync::OnceCell;
-use tokio_postgres::NoTls;
 
 use super::redact::redact_url as redact;
 #[cfg(doc)]
@@ -442,9 +442,18 @@ impl PostgresStore {
     /// Does not connect: the pool connects on first use (5 s connect timeout), and the
     /// first operation creates the schema if absent.
     ///
+    /// TLS (contract N1) follows libpq's URL parameters: `sslmode` (`disable`, `prefer` —
+    /// the default: TLS when the server offers it —, `require`, `verify-ca`,
+    /// `verify-full`), `sslrootcert` (a PEM file of CA certificates, or `system`; the
+    /// system's roots by default), `sslcert` and `sslkey` (a client certificate and its
+    /// key). `prefer` and `require` do not check the server's certificate (unless
+    /// `sslrootcert` is given to `require`), as in libpq.
+    ///
     /// # Errors
-    /// [`PostgresConnectError::InvalidUrl`] when `url` cannot be parsed,
-    /// [`PostgresConnectError::Pool`] when the pool cannot be built.
+    /// [`PostgresConnectError::InvalidUrl`] when `url` cannot be parsed or its TLS
+    /// parameters are wrong (an unknown `sslmode`, `sslcert` without `sslkey`),
+    /// [`PostgresConnectError::Tls`] when a certificate or key file cannot be read or holds
+    /// none, [`PostgresConnectError::Pool`] when the pool cannot be built.
     pub fn connect(url: &str) -> Result<Self, PostgresConnectError> {
         Self::with_schema(url, DEFAULT_SCHEMA)
     }
@@ -486,16 +495,25 @@ impl PostgresStore {
                 schema: schema.to_owned(),
             });
         }
-        let mut config = tokio_postgres::Config::from_str(url).map_err(|e| {
+        let (library_url, tls) =
+            tls::split(url).map_err(|message| PostgresConnectError::InvalidUrl {
+                url: shown.clone(),
+                message,
+            })?;
+        let mut config = tokio_postgres::Config::from_str(&library_url).map_err(|e| {
             PostgresConnectError::InvalidUrl {
                 url: shown.clone(),
                 message: e.to_string(),
             }
         })?;
         config.connect_timeout(CONNECT_TIMEOUT);
+        let connector = tls::connector(&tls).map_err(|message| PostgresConnectError::Tls {
+            url: shown.clone(),
+            message,
+        })?;
         let manager = Manager::from_config(
             config,
-            NoTls,
+            connector,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },

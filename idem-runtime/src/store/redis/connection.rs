@@ -237,9 +237,22 @@ impl Failure {
             _ => StoreError::new(
                 BACKEND,
                 StoreErrorKind::Unavailable,
-                format!("{what} on {url}: {e}"),
+                format!("{what} on {url}: {e}{}", tls_hint(url, &e)),
             ),
         }
+    }
+}
+
+/// For a plain-text URL whose connection the server dropped or reset (what a TLS-only
+/// port does to a client that does not start a TLS handshake): a hint to write `rediss://`.
+pub(super) fn tls_hint(url: &str, e: &redis::RedisError) -> &'static str {
+    let dropped = e.is_connection_dropped()
+        || e.is_unrecoverable_error()
+        || matches!(e.kind(), ErrorKind::Io | ErrorKind::Parse);
+    if url.starts_with("redis://") && dropped {
+        " (if the server takes only TLS connections, write rediss:// instead of redis://)"
+    } else {
+        ""
     }
 }
 

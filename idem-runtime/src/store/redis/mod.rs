@@ -286,6 +286,7 @@ mod record;
 mod scripts;
 #[cfg(test)]
 mod tests;
+mod tls;
 
 use std::fmt;
 use std::sync::atomic::AtomicU64;
@@ -344,8 +345,14 @@ impl RedisStore {
     /// waits until the connection is up. Connecting and each later command time out after
     /// 5 s. The prefix is [`DEFAULT_PREFIX`].
     ///
+    /// `rediss://` connects over TLS (contract N1), checking the server's certificate
+    /// against the system's roots, or the PEM file named by the URL parameter
+    /// `ssl_ca_certs`; `ssl_certfile` and `ssl_keyfile` name a client certificate and its
+    /// key.
+    ///
     /// # Errors
-    /// [`RedisConnectError::InvalidUrl`] for a malformed URL, [`RedisConnectError::Connect`]
+    /// [`RedisConnectError::InvalidUrl`] for a malformed URL (also: a TLS parameter on a
+    /// `redis://` URL, or a file it names that cannot be read), [`RedisConnectError::Connect`]
     /// when the server cannot be reached or refuses the connection,
     /// [`RedisConnectError::NoRuntime`] outside a tokio runtime context.
     pub async fn connect(url: &str) -> Result<Self, RedisConnectError> {
@@ -353,8 +360,8 @@ impl RedisStore {
         let conn = ConnectionManager::new_with_config(client, config())
             .await
             .map_err(|e| RedisConnectError::Connect {
+                message: format!("{e}{}", connection::tls_hint(&redacted, &e)),
                 url: redacted.clone(),
-                message: e.to_string(),
             })?;
         Ok(Self::from_parts(conn, redacted))
     }
@@ -379,10 +386,19 @@ impl RedisStore {
 
     fn client(url: &str) -> Result<(redis::Client, String), RedisConnectError> {
         let redacted = redact(url);
-        let client = redis::Client::open(url).map_err(|e| RedisConnectError::InvalidUrl {
+        let invalid = |message: String| RedisConnectError::InvalidUrl {
             url: redacted.clone(),
-            message: e.to_string(),
-        })?;
+            message,
+        };
+        let (library_url, certificates) = tls::split(url).map_err(invalid)?;
+        if library_url.starts_with("rediss://") {
+            tls::ensure_crypto_provider();
+        }
+        let client = match certificates {
+            None => redis::Client::open(library_url),
+            Some(certificates) => redis::Client::build_with_tls(library_url, certificates),
+        }
+        .map_err(|e| invalid(e.to_string()))?;
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(RedisConnectError::NoRuntime { url: redacted });
         }
