@@ -371,6 +371,55 @@ mod tests {
         }
     }
 
+    // pins N1: verify-ca checks the chain and not the name; verify-full checks both
+    #[test]
+    fn verify_ca_checks_the_chain_and_not_the_name() {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_key = KeyPair::generate().unwrap();
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let issuer = Issuer::new(ca_params, ca_key);
+        let leaf_key = KeyPair::generate().unwrap();
+        let leaf = CertificateParams::new(vec!["db.internal".to_owned()])
+            .unwrap()
+            .signed_by(&leaf_key, &issuer)
+            .unwrap();
+        let stranger_key = KeyPair::generate().unwrap();
+        let stranger = CertificateParams::new(vec!["db.internal".to_owned()])
+            .unwrap()
+            .self_signed(&stranger_key)
+            .unwrap();
+
+        let mut roots = RootCertStore::empty();
+        roots.add(ca.der().clone()).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let full = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+            .build()
+            .unwrap();
+        let chain_only = ChainOnly(Arc::clone(&full));
+        let now = UnixTime::now();
+        let name = |host: &str| ServerName::try_from(host.to_owned()).unwrap();
+        let check = |verifier: &dyn ServerCertVerifier, cert: &CertificateDer<'_>, host: &str| {
+            verifier
+                .verify_server_cert(cert, &[], &name(host), &[], now)
+                .is_ok()
+        };
+        assert!(check(&*full, leaf.der(), "db.internal"));
+        assert!(
+            !check(&*full, leaf.der(), "other.example"),
+            "verify-full checks the name"
+        );
+        assert!(
+            check(&chain_only, leaf.der(), "other.example"),
+            "verify-ca does not"
+        );
+        assert!(
+            !check(&chain_only, stranger.der(), "db.internal"),
+            "verify-ca checks the chain"
+        );
+    }
+
     // pins N1: a root or client file that cannot be used is named
     #[test]
     fn unusable_files_are_named() {
