@@ -8,12 +8,15 @@
 //!   `FAKE_EFFECTS` and answers `refund #N`;
 //! - `lookup {order_id}` (`readOnlyHint`): appends `lookup order_id`, answers at once;
 //! - `crash {}`: appends `crash`, then exits with status 3 without answering;
-//! - `slow {ms}`: appends `slow`, answers `slept` after `ms` milliseconds unless the client
-//!   cancelled it (then it never answers);
+//! - `slow {ms, cancelled_error}`: appends `slow`, answers `slept` after `ms` milliseconds
+//!   unless the client cancelled it (then it never answers, or, with `cancelled_error: true`,
+//!   answers MCP's -32800 "request cancelled" error);
 //! - `garbage {}`: writes a line that is not JSON, then answers `ok`;
 //! - `echo_id {}`: answers with the JSON-RPC id it received, as text;
 //! - `drop_refund_tool {}`: from now on lists no `send_refund`, and says so with
-//!   `notifications/tools/list_changed`.
+//!   `notifications/tools/list_changed`;
+//! - `cycle_cursors {}`: from now on lists its tools in pages whose cursors go round
+//!   (none → `A` → `B` → `A`…), and says so with `notifications/tools/list_changed`.
 //!
 //! After `notifications/initialized` it asks the client `roots/list` with id 0. It logs what
 //! it sees to the file in `FAKE_LOG`: `initialize`, `roots <result>`, `cancelled <id>`.
@@ -27,6 +30,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 static REFUND_LISTED: AtomicBool = AtomicBool::new(true);
+static CURSORS_CYCLE: AtomicBool = AtomicBool::new(false);
 
 fn append(variable: &str, line: &str) {
     let Ok(path) = std::env::var(variable) else {
@@ -87,6 +91,7 @@ fn tools() -> Value {
         json!({"name": "echo_id", "inputSchema": object(json!({}))}),
         json!({"name": "bad_result", "inputSchema": object(json!({}))}),
         json!({"name": "drop_refund_tool", "inputSchema": object(json!({}))}),
+        json!({"name": "cycle_cursors", "inputSchema": object(json!({}))}),
     ]);
     json!({ "tools": tools })
 }
@@ -135,7 +140,14 @@ fn main() {
                     r#"{{"result":{{"echoed":true,"n":-0,"big":123456789012345678901234567890}},"jsonrpc":"2.0","id":{id}}}"#
                 ));
             }
-            ("tools/list", Some(id)) => out.result(&id, tools()),
+            ("tools/list", Some(id)) => {
+                let mut page = tools();
+                if CURSORS_CYCLE.load(Ordering::SeqCst) {
+                    let next = if params["cursor"] == "A" { "B" } else { "A" };
+                    page["nextCursor"] = json!(next);
+                }
+                out.result(&id, page);
+            }
             ("tools/call", Some(id)) => call(&out, &cancelled, id, &params),
             (_, Some(id)) => out.send(&json!({"jsonrpc": "2.0", "id": id,
                 "error": {"code": -32601, "message": format!("no method {method}")}})),
@@ -165,11 +177,15 @@ fn call(out: &Out, cancelled: &Arc<Mutex<HashSet<String>>>, id: Value, params: &
         "slow" => {
             append("FAKE_EFFECTS", "slow");
             let ms = arguments["ms"].as_u64().unwrap_or(100);
+            let answer_cancelled = arguments["cancelled_error"] == json!(true);
             let (out, cancelled) = (out.clone(), Arc::clone(cancelled));
             std::thread::spawn(move || {
                 std::thread::sleep(Duration::from_millis(ms));
                 if !cancelled.lock().unwrap().contains(&id.to_string()) {
                     out.result(&id, text("slept"));
+                } else if answer_cancelled {
+                    out.send(&json!({"jsonrpc": "2.0", "id": id,
+                        "error": {"code": -32800, "message": "request cancelled"}}));
                 }
             });
         }
@@ -186,6 +202,11 @@ fn call(out: &Out, cancelled: &Arc<Mutex<HashSet<String>>>, id: Value, params: &
         "drop_refund_tool" => {
             REFUND_LISTED.store(false, Ordering::SeqCst);
             out.result(&id, text("dropped"));
+            out.send(&json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}));
+        }
+        "cycle_cursors" => {
+            CURSORS_CYCLE.store(true, Ordering::SeqCst);
+            out.result(&id, text("cycling"));
             out.send(&json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}));
         }
         other => out.result(

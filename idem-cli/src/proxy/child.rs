@@ -49,7 +49,7 @@ pub async fn supervise(
                         // Lines as bytes: one that is not UTF-8 is logged and dropped (Y8).
                         let mut lines = BufReader::new(stdout).split(b'\n');
                         while let Ok(Some(line)) = lines.next_segment().await {
-                            router.from_server(generation, &String::from_utf8_lossy(&line));
+                            router.from_server(generation, &line);
                         }
                         // No answer can come any more: what waits for one learns it now, not
                         // when the process has been reaped (Y6).

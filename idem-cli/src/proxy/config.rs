@@ -293,8 +293,18 @@ impl Config {
             let key = match tool.key {
                 None => None,
                 Some(members) => {
+                    if members.is_empty() {
+                        return Err(at("key: [] names no argument, so every call of the tool in one scope would share one key: name the arguments that say which call it is, or remove `key` to key by all of them".to_owned()));
+                    }
                     if let Some(empty) = members.iter().find(|m| m.is_empty()) {
                         return Err(at(format!("key: {empty:?} is not an argument name")));
+                    }
+                    if let Some(twice) = members
+                        .iter()
+                        .enumerate()
+                        .find_map(|(at, m)| members[..at].contains(m).then_some(m))
+                    {
+                        return Err(at(format!("key: {twice:?} is named twice")));
                     }
                     let leaked: Vec<&'static str> = members
                         .into_iter()
@@ -380,12 +390,29 @@ fn apply(mut spec: ToolSpec, settings: &Settings) -> ToolSpec {
     spec
 }
 
-/// `conversation`, `global`, `call`, or the name of a `_meta` member (K7's scope names).
+/// The built-in scopes' names.
+const BUILT_IN_SCOPES: [&str; 3] = ["conversation", "global", "call"];
+
+/// `conversation`, `global`, `call`, or the name of a `_meta` member (K7's scope names); a
+/// name within two edits of a built-in one is taken for a misspelling of it (K12).
 fn parse_scope(text: &str) -> Result<Scope, String> {
     match text {
         "conversation" => Ok(Scope::Conversation),
         "global" => Ok(Scope::Global),
         "call" => Ok(Scope::Call),
+        misspelt if BUILT_IN_SCOPES.iter().any(|built_in| {
+            let edits = strsim::osa_distance(misspelt, built_in);
+            edits <= 2 && edits < built_in.len()
+        }) => {
+            let closest = BUILT_IN_SCOPES
+                .iter()
+                .min_by_key(|built_in| strsim::osa_distance(misspelt, built_in))
+                .copied()
+                .unwrap_or("conversation");
+            Err(format!(
+                "{misspelt:?} looks like a misspelling of the built-in scope {closest:?}: write \"{closest}\" (a `_meta` member's name must differ from every built-in scope by more than two edits)"
+            ))
+        }
         name if name.starts_with(|c: char| c.is_ascii_alphabetic())
             && name
                 .chars()
@@ -481,6 +508,18 @@ mod tests {
         assert!(e.contains("require_approval"), "{e}");
         let e = refused("[tools.x]\nkey = [\"\"]\n");
         assert!(e.contains("key"), "{e}");
+        let e = refused("[tools.x]\nkey = []\n");
+        assert!(e.contains("names no argument"), "{e}");
+        let e = refused("[tools.x]\nkey = [\"a\", \"b\", \"a\"]\n");
+        assert!(e.contains("\"a\" is named twice"), "{e}");
+        for typo in ["conversaton", "globl", "cal", "Global"] {
+            let e = refused(&format!("[tools.x]\nscope = \"{typo}\"\n"));
+            assert!(
+                e.contains("misspelling of the built-in scope"),
+                "{typo}: {e}"
+            );
+        }
+        assert!(Config::parse("[tools.x]\nscope = \"tenant\"\n", "t").is_ok());
         let e = refused("[tools.x]\nkeyed = false\nrequire_approval = true\n");
         assert!(
             e.contains("[tools.x]") && e.contains("`require_approval` would never apply"),

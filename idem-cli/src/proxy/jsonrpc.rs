@@ -8,6 +8,9 @@ use serde_json::{json, Map, Value};
 pub const PARSE_ERROR: i64 = -32700;
 /// JSON-RPC's "invalid request": JSON, but not a JSON-RPC 2.0 message.
 pub const INVALID_REQUEST: i64 = -32600;
+/// JSON-RPC's "invalid params": a `tools/call` the proxy cannot read a tool's name and
+/// arguments from (Y3, Y8).
+pub const INVALID_PARAMS: i64 = -32602;
 /// JSON-RPC's "internal error": what the proxy answers for a server that exited or could
 /// not be reached (Y6).
 pub const INTERNAL_ERROR: i64 = -32603;
@@ -27,15 +30,38 @@ impl Id {
         }
     }
 
+    /// The id `value` as the proxy writes it (for the proxy's own requests).
+    pub fn of(value: &Value) -> Self {
+        Id {
+            raw: value.to_string(),
+        }
+    }
+
     /// Its JSON text, as sent.
     pub fn raw(&self) -> &str {
         &self.raw
     }
 
-    /// The key it is looked up by (its parsed value's JSON, so `1` and `"1"` differ, as
-    /// JSON-RPC says, and a cancellation's `requestId` finds it).
+    /// The key it is looked up by, exact: a string id's JSON after unescaping (`"\u0061"`
+    /// is `"a"`), a number's text as sent (no rounding through `f64`: two integers past
+    /// 2^53 never meet), so `1` and `"1"` differ, as JSON-RPC says, and a cancellation's
+    /// `requestId` finds the request it names.
     pub fn text(&self) -> String {
-        id_text(&self.value())
+        match serde_json::from_str::<Value>(&self.raw) {
+            Ok(Value::String(text)) => Value::String(text).to_string(),
+            _ => self.raw.trim().to_owned(),
+        }
+    }
+
+    /// The id `raw` (JSON text), if it is a string or a number.
+    fn from_raw(raw: &RawValue) -> Option<Self> {
+        let text = raw.get().trim();
+        let usable = text.starts_with('"')
+            || text.starts_with('-')
+            || text.starts_with(|c: char| c.is_ascii_digit());
+        usable.then(|| Id {
+            raw: text.to_owned(),
+        })
     }
 
     /// Its parsed value.
@@ -103,6 +129,12 @@ impl Raw {
         }
         line.push('}');
         line
+    }
+
+    /// The `params` member `name` as an id (a cancellation's `requestId`), exactly as sent.
+    pub fn param_id(&self, name: &str) -> Option<Id> {
+        let params = Raw::parse(self.member("params")?.get())?;
+        Id::from_raw(params.member(name)?)
     }
 
     /// The raw text of the last member named `name` (serde_json's `Map` keeps the last).
@@ -187,6 +219,20 @@ pub struct Malformed {
     pub why: String,
 }
 
+/// `bytes` (a line, an HTTP body) as text, or the parse error for bytes that are not
+/// UTF-8: JSON text is UTF-8 (RFC 8259 §8.1), and bytes are never replaced (two lines that
+/// differ in their bytes must not become one call).
+pub fn utf8(bytes: &[u8]) -> Result<&str, Malformed> {
+    std::str::from_utf8(bytes).map_err(|e| Malformed {
+        code: PARSE_ERROR,
+        id: Id::null(),
+        why: format!(
+            "not JSON: JSON text is UTF-8, and byte {} is not",
+            e.valid_up_to() + 1
+        ),
+    })
+}
+
 /// Sorts `line` (one line of newline-delimited JSON, MCP's stdio framing).
 pub fn parse(line: &str) -> Result<Message, Malformed> {
     let value: Value = serde_json::from_str(line).map_err(|e| Malformed {
@@ -217,6 +263,16 @@ pub fn parse(line: &str) -> Result<Message, Malformed> {
     let answer_id = usable_id.clone().unwrap_or_else(Id::null);
     if body.get("jsonrpc") != Some(&Value::from("2.0")) {
         return Err(invalid(answer_id, "`jsonrpc` must be \"2.0\"".to_owned()));
+    }
+    if let Some(params) = body.get("params") {
+        if body.contains_key("method")
+            && !matches!(params, Value::Object(_) | Value::Array(_) | Value::Null)
+        {
+            return Err(invalid(
+                answer_id,
+                format!("`params` is an object or an array, not {}", kind(params)),
+            ));
+        }
     }
     match (body.get("method"), id) {
         (Some(Value::String(method)), None) => Ok(Message::Notification {
@@ -310,20 +366,32 @@ pub fn answer_line(id: &Id, answer: Result<&Map<String, Value>, &Value>) -> Stri
     )
 }
 
-/// A `tools/call` request's `params` object (empty when absent or not an object) and the
-/// tool's name in it (empty when absent).
-pub fn tool_call(message: &Map<String, Value>) -> (Map<String, Value>, String) {
-    let params = message
-        .get("params")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
-    let tool = params
-        .get("name")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    (params, tool)
+/// A `tools/call` request's `params` object (empty when absent or `null`) and the tool's
+/// name in it; `Err` (what to answer with [`INVALID_PARAMS`]) when `params` is not an object
+/// or `name` is not a string: such a call names no tool, and is refused before anything is
+/// claimed or forwarded (Y3).
+pub fn tool_call(message: &Map<String, Value>) -> Result<(Map<String, Value>, String), String> {
+    let params = match message.get("params") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(params)) => params.clone(),
+        Some(other) => {
+            return Err(format!(
+                "a tools/call's `params` is an object with the tool's `name`, not {}",
+                kind(other)
+            ))
+        }
+    };
+    match params.get("name") {
+        Some(Value::String(tool)) => {
+            let tool = tool.clone();
+            Ok((params, tool))
+        }
+        None => Err("a tools/call's `params` has no `name`: name the tool to call".to_owned()),
+        Some(other) => Err(format!(
+            "a tools/call's `params.name` is the tool's name, a string, not {}",
+            kind(other)
+        )),
+    }
 }
 
 /// "a string", "an array"…: what a JSON value is, for messages.
@@ -336,11 +404,6 @@ pub fn kind(value: &Value) -> &'static str {
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
     }
-}
-
-/// The text an id is looked up by: its JSON (so `1` and `"1"` differ, as JSON-RPC says).
-pub fn id_text(id: &Value) -> String {
-    id.to_string()
 }
 
 #[cfg(test)]
@@ -413,5 +476,52 @@ mod tests {
         let error: Value = serde_json::from_str(&error).unwrap();
         assert_eq!(error["error"]["code"], PARSE_ERROR);
         assert_eq!(error["id"], Value::Null);
+    }
+
+    // pins Y5, Y7: ids are looked up exactly: integers past 2^53 that one f64 cannot tell
+    // apart are two ids, a string and a number never meet, escapes do not matter; a
+    // cancellation's requestId is read as sent
+    #[test]
+    fn ids_are_looked_up_exactly() {
+        let id = |raw: &str| Id {
+            raw: raw.to_owned(),
+        };
+        assert_ne!(
+            id("36893488147419103232").text(),
+            id("36893488147419103233").text()
+        );
+        assert_ne!(id("1").text(), id("\"1\"").text());
+        assert_eq!(id("\"\\u0061\"").text(), id("\"a\"").text());
+        let line = r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":36893488147419103233}}"#;
+        let Message::Notification { raw, .. } = parse(line).unwrap() else {
+            unreachable!()
+        };
+        assert_eq!(
+            raw.param_id("requestId").unwrap().text(),
+            "36893488147419103233"
+        );
+        assert!(raw.param_id("missing").is_none());
+    }
+
+    // pins Y3, Y8: `params` is an object or an array; a tools/call names its tool; bytes
+    // that are not UTF-8 are a parse error
+    #[test]
+    fn params_and_tool_calls_are_checked() {
+        let bad = parse(r#"{"jsonrpc":"2.0","id":3,"method":"ping","params":5}"#).unwrap_err();
+        assert_eq!((bad.code, bad.id.raw()), (INVALID_REQUEST, "3"));
+        assert!(parse(r#"{"jsonrpc":"2.0","id":3,"method":"ping","params":null}"#).is_ok());
+        let call = |params: Value| {
+            let mut message = Map::new();
+            message.insert("params".into(), params);
+            tool_call(&message)
+        };
+        assert_eq!(call(json!({"name": "t"})).unwrap().1, "t");
+        assert!(call(json!(["t"])).unwrap_err().contains("an array"));
+        assert!(call(json!({})).unwrap_err().contains("no `name`"));
+        assert!(call(json!({"name": 1})).unwrap_err().contains("a number"));
+        assert!(tool_call(&Map::new()).is_err());
+        let bad = utf8(b"{\"a\":\"\xff\"}").unwrap_err();
+        assert_eq!(bad.code, PARSE_ERROR);
+        assert!(bad.why.contains("byte 7"), "{}", bad.why);
     }
 }

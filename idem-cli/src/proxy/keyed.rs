@@ -5,24 +5,26 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_runtime::integrations::rmcp::{ForwardedCall, ServerAnswer};
+use idem_runtime::OnCancel;
 use serde_json::{Map, Value};
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use super::jsonrpc::{answer_line, error_line, error_response, tool_call, Id, Raw, INTERNAL_ERROR};
+use super::jsonrpc::{answer_line, error_line, error_response, Id, Raw, INTERNAL_ERROR};
 use super::router::{KeyedCall, Reply, Router};
 
-/// Serves the client's `tools/call` request `id` (the whole message `body`, as sent `raw`), registered
-/// with the router as `call` (whose cancellation flag is `cancelled`).
+/// Serves the client's `tools/call` request `id` of `tool` (its `params`; the message as
+/// sent, `raw`), registered with the router as `call` (whose cancellation flag is
+/// `cancelled`).
 pub async fn serve(
     router: Arc<Router>,
     id: Id,
-    body: Map<String, Value>,
+    params: Map<String, Value>,
+    tool: String,
     raw: Raw,
     call: KeyedCall,
     mut cancelled: watch::Receiver<bool>,
 ) {
-    let (params, tool) = tool_call(&body);
     let span = tracing::info_span!("mcp_proxy.call", tool = %tool, request = %id);
     async move {
         let mut stopping = router.stopping();
@@ -46,7 +48,7 @@ pub async fn serve(
             Some(router.engine.clone()),
             &router.config.conversation_meta,
         );
-        let forward = forward(&router, call, &raw);
+        let forward = forward(&router, call, &raw, cancelled.clone(), plan.spec.on_cancel);
         let run = forwarded_call.run(plan.spec, plan.key, forward);
         let outcome = tokio::select! {
             outcome = run => Ended::Outcome(outcome),
@@ -92,10 +94,20 @@ fn stopped(stopping: &watch::Receiver<Option<String>>) -> String {
     )
 }
 
-/// The body of a keyed call: the request to the server, and its answer (Y3, Y6).
-async fn forward(router: &Router, call: KeyedCall, raw: &Raw) -> ServerAnswer {
+/// The body of a keyed call: the request to the server, and its answer (Y3, Y6); an error
+/// answer after the client's cancellation is as `on_cancel` says (Y7).
+async fn forward(
+    router: &Router,
+    call: KeyedCall,
+    raw: &Raw,
+    cancelled: watch::Receiver<bool>,
+    on_cancel: OnCancel,
+) -> ServerAnswer {
     let reply = router.forward_keyed(call, raw).await;
     match reply {
+        Ok(Reply::Answer(answer)) if *cancelled.borrow() => {
+            ServerAnswer::from_response(answer).after_cancellation(on_cancel)
+        }
         Ok(Reply::Answer(answer)) => ServerAnswer::from_response(answer),
         Ok(Reply::Lost(why)) => ServerAnswer::Lost { reason: why },
         Ok(Reply::NotDelivered(why)) => ServerAnswer::NotDelivered(

@@ -68,6 +68,13 @@ pub fn main(options: Options<'_>) -> ExitCode {
         Ok(config) => config.unwrap_or_else(Config::defaults),
         Err(error) => return refuse(&error.0),
     };
+    if config.session_as_conversation && matches!(options.transport, Transport::Stdio { .. }) {
+        // A stdio client has no session: the setting would never apply (Y4).
+        return refuse(&format!(
+            "the config file {}: session_as_conversation = true takes an HTTP client's session as the conversation, and a proxy on stdio has no sessions: remove it, or run the proxy with --listen and --upstream",
+            options.config.map(|p| p.display().to_string()).unwrap_or_default()
+        ));
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -175,7 +182,7 @@ async fn serve(config: Config, engine: Engine, command: Vec<OsString>) -> u8 {
     let code = loop {
         tokio::select! {
             line = lines.next_segment() => match line {
-                Ok(Some(line)) => router.from_client(&String::from_utf8_lossy(&line)),
+                Ok(Some(line)) => router.from_client(&line),
                 Ok(None) | Err(_) => break 0,
             },
             signal = stop_signal.received() => {

@@ -16,14 +16,22 @@ pub struct ListedTool {
     pub properties: Option<BTreeSet<String>>,
 }
 
+/// The most pages one listing reads: a server whose cursors never end lists no more.
+pub const MAX_PAGES: usize = 1000;
+
 /// The server's tools, from every page of one listing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ToolTable {
     tools: HashMap<String, ListedTool>,
+    /// The cursors followed so far: a server whose cursors come round again (A, B, A…)
+    /// has been read whole.
+    cursors: BTreeSet<String>,
 }
 
 impl ToolTable {
-    /// Adds the tools of one `tools/list` result page; returns its `nextCursor`, if any.
+    /// Adds the tools of one `tools/list` result page; returns the cursor of the next page
+    /// to read: its `nextCursor`, unless that was followed before in this listing (a cycle)
+    /// or [`MAX_PAGES`] are read.
     pub fn add_page(&mut self, result: &Map<String, Value>) -> Option<String> {
         for tool in result
             .get("tools")
@@ -50,10 +58,16 @@ impl ToolTable {
                 },
             );
         }
-        result
-            .get("nextCursor")
-            .and_then(Value::as_str)
-            .map(str::to_owned)
+        let next = result.get("nextCursor").and_then(Value::as_str)?;
+        if self.cursors.len() + 1 >= MAX_PAGES || !self.cursors.insert(next.to_owned()) {
+            tracing::warn!(
+                cursor = next,
+                pages = self.cursors.len() + 1,
+                "the server's tools/list cursor repeats or never ends: the listing stops here"
+            );
+            return None;
+        }
+        Some(next.to_owned())
     }
 
     /// How a call of `tool` is handled under `config` (Y2): keyed with a plan, or `None`
@@ -132,6 +146,27 @@ mod tests {
             Some("2")
         );
         table
+    }
+
+    // pins Y2: a listing whose cursors come round again (A, B, A) or never end stops
+    #[test]
+    fn cursor_cycles_end_the_listing() {
+        let mut table = ToolTable::default();
+        let page = |cursor: &str| json!({"tools": [], "nextCursor": cursor});
+        let next =
+            |table: &mut ToolTable, cursor: &str| table.add_page(page(cursor).as_object().unwrap());
+        assert_eq!(next(&mut table, "A").as_deref(), Some("A"));
+        assert_eq!(next(&mut table, "B").as_deref(), Some("B"));
+        assert_eq!(next(&mut table, "A"), None);
+        let mut endless = ToolTable::default();
+        let pages = (0..)
+            .take_while(|n| next(&mut endless, &n.to_string()).is_some())
+            .count();
+        assert_eq!(pages, MAX_PAGES - 1);
+        assert_eq!(
+            table.add_page(json!({"tools": []}).as_object().unwrap()),
+            None
+        );
     }
 
     // pins Y2: readOnlyHint passes through; everything else, unlisted names too, is keyed

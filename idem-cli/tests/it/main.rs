@@ -13,6 +13,7 @@ mod common;
 mod decisions;
 mod held_after_crash;
 mod mcp_http;
+mod mcp_http_edges;
 #[cfg(feature = "test-mcp-node")]
 mod mcp_http_node;
 mod mcp_proxy;

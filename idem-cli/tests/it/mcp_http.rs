@@ -41,7 +41,7 @@ const SESSION: &str = "mcp-session-id";
 
 /// How the fake answers the next `tools/call send_refund`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Refund {
+pub(crate) enum Refund {
     /// One `application/json` answer.
     Json,
     /// `text/event-stream`: the progress event (if the request asked for progress), then,
@@ -56,37 +56,42 @@ enum Refund {
     RpcErrorOnce,
     /// `text/event-stream`: `notifications/tools/list_changed`, then the result.
     SseListChanged,
+    /// `text/event-stream`: the refund happens, then, once the test opens the gate, MCP's
+    /// -32800 "request cancelled" error comes instead of the result.
+    SseGatedCancelledError,
 }
 
 #[derive(Debug, Clone)]
-struct Seen {
-    method: Method,
-    path_and_query: String,
-    headers: HeaderMap,
-    body: Value,
+pub(crate) struct Seen {
+    pub(crate) method: Method,
+    pub(crate) path_and_query: String,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Value,
 }
 
-struct FakeState {
-    refunds: AtomicUsize,
-    lookups: AtomicUsize,
-    next_session: AtomicUsize,
-    sessions: Mutex<HashSet<String>>,
-    refund: Mutex<Refund>,
+pub(crate) struct FakeState {
+    pub(crate) refunds: AtomicUsize,
+    pub(crate) lookups: AtomicUsize,
+    pub(crate) next_session: AtomicUsize,
+    pub(crate) sessions: Mutex<HashSet<String>>,
+    pub(crate) refund: Mutex<Refund>,
     /// `initialize` answered as an event stream.
-    init_as_sse: Mutex<bool>,
+    pub(crate) init_as_sse: Mutex<bool>,
     /// `lookup` listed with `readOnlyHint: true`.
-    lookup_read_only: Mutex<bool>,
+    pub(crate) lookup_read_only: Mutex<bool>,
     /// The GET stream's `list_changed` event written in two frames 50 ms apart.
-    split_list_changed: Mutex<bool>,
-    tool_lists: AtomicUsize,
-    gate: Notify,
-    seen: Mutex<Vec<Seen>>,
+    pub(crate) split_list_changed: Mutex<bool>,
+    /// `lookup` answers once the test opens the gate.
+    pub(crate) lookup_gated: Mutex<bool>,
+    pub(crate) tool_lists: AtomicUsize,
+    pub(crate) gate: Notify,
+    pub(crate) seen: Mutex<Vec<Seen>>,
 }
 
-struct Fake {
-    addr: SocketAddr,
-    state: Arc<FakeState>,
-    task: tokio::task::JoinHandle<()>,
+pub(crate) struct Fake {
+    pub(crate) addr: SocketAddr,
+    pub(crate) state: Arc<FakeState>,
+    pub(crate) task: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for Fake {
@@ -150,7 +155,7 @@ fn progress(token: &Value) -> Value {
 }
 
 /// The fake's `send_refund` result (`run`: how many refunds it has made, this one included).
-fn refund_result(args: &Value, run: usize) -> Value {
+pub(crate) fn refund_result(args: &Value, run: usize) -> Value {
     json!({
         "content": [{
             "type": "text",
@@ -161,17 +166,17 @@ fn refund_result(args: &Value, run: usize) -> Value {
     })
 }
 
-fn sse_event(id: &str, message: &Value) -> Bytes {
+pub(crate) fn sse_event(id: &str, message: &Value) -> Bytes {
     Bytes::from(format!("event: message\nid: {id}\ndata: {message}\n\n"))
 }
 
-fn full(bytes: impl Into<Bytes>) -> Body {
+pub(crate) fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into())
         .map_err(|never| match never {})
         .boxed_unsync()
 }
 
-fn json_answer(status: StatusCode, message: &Value) -> Response<Body> {
+pub(crate) fn json_answer(status: StatusCode, message: &Value) -> Response<Body> {
     Response::builder()
         .status(status)
         .header(CONTENT_TYPE, "application/json")
@@ -179,13 +184,13 @@ fn json_answer(status: StatusCode, message: &Value) -> Response<Body> {
         .unwrap()
 }
 
-fn rpc_result(id: &Value, result: Value) -> Value {
+pub(crate) fn rpc_result(id: &Value, result: Value) -> Value {
     json!({ "jsonrpc": "2.0", "id": id, "result": result })
 }
 
 /// An event stream whose frames the returned sender writes; an `Err` aborts the
 /// connection.
-fn sse_stream() -> (
+pub(crate) fn sse_stream() -> (
     mpsc::UnboundedSender<Result<Frame<Bytes>, BoxError>>,
     Response<Body>,
 ) {
@@ -201,7 +206,7 @@ fn sse_stream() -> (
 }
 
 impl Fake {
-    async fn start() -> Fake {
+    pub(crate) async fn start() -> Fake {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(FakeState {
@@ -213,6 +218,7 @@ impl Fake {
             init_as_sse: Mutex::new(false),
             lookup_read_only: Mutex::new(true),
             split_list_changed: Mutex::new(false),
+            lookup_gated: Mutex::new(false),
             tool_lists: AtomicUsize::new(0),
             gate: Notify::new(),
             seen: Mutex::default(),
@@ -238,28 +244,28 @@ impl Fake {
         Fake { addr, state, task }
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}/mcp", self.addr)
     }
 
-    fn set_refund(&self, mode: Refund) {
+    pub(crate) fn set_refund(&self, mode: Refund) {
         *self.state.refund.lock().unwrap() = mode;
     }
 
-    fn refunds(&self) -> usize {
+    pub(crate) fn refunds(&self) -> usize {
         self.state.refunds.load(Ordering::SeqCst)
     }
 
-    fn lookups(&self) -> usize {
+    pub(crate) fn lookups(&self) -> usize {
         self.state.lookups.load(Ordering::SeqCst)
     }
 
-    fn seen(&self) -> Vec<Seen> {
+    pub(crate) fn seen(&self) -> Vec<Seen> {
         self.state.seen.lock().unwrap().clone()
     }
 
     /// The `tools/call` requests it received.
-    fn tool_calls(&self) -> Vec<Seen> {
+    pub(crate) fn tool_calls(&self) -> Vec<Seen> {
         self.seen()
             .into_iter()
             .filter(|s| s.body["method"] == "tools/call")
@@ -286,7 +292,23 @@ async fn handle(state: Arc<FakeState>, request: Request<Incoming>) -> Response<B
         body: message.clone(),
     });
 
-    if parts.uri.path() != "/mcp" {
+    // Its router reads the path as many do: percent-decoded, a trailing slash dropped.
+    let path = parts.uri.path().replace("%6D", "m").replace("%6d", "m");
+    if path == "/redirect-me" {
+        // A redirect to its own origin, absolute, as frameworks write them.
+        let host = parts
+            .headers
+            .get("host")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        return Response::builder()
+            .status(StatusCode::TEMPORARY_REDIRECT)
+            .header("location", format!("http://{host}/mcp?from=redirect"))
+            .body(full(""))
+            .unwrap();
+    }
+    if path.trim_end_matches('/') != "/mcp" {
         // Any other path: an echo of what arrived, with a status and a header of its own.
         let header = |name: &str| {
             parts
@@ -425,6 +447,10 @@ async fn handle(state: Arc<FakeState>, request: Request<Incoming>) -> Response<B
             let args = message["params"]["arguments"].clone();
             match name {
                 "lookup" => {
+                    let gated = *state.lookup_gated.lock().unwrap();
+                    if gated {
+                        state.gate.notified().await;
+                    }
                     let n = state.lookups.fetch_add(1, Ordering::SeqCst) + 1;
                     let result = json!({
                         "content": [{ "type": "text", "text": format!("order {} looked up (lookup {n})", args["order_id"]) }],
@@ -520,6 +546,17 @@ fn refund(state: &Arc<FakeState>, id: &Value, message: &Value, args: &Value) -> 
                 .body(full(body))
                 .unwrap()
         }
+        Refund::SseGatedCancelledError => {
+            let (sender, response) = sse_stream();
+            let state = Arc::clone(state);
+            let error = json!({"jsonrpc": "2.0", "id": id,
+                "error": {"code": -32800, "message": "request cancelled"}});
+            tokio::spawn(async move {
+                state.gate.notified().await;
+                let _ = sender.send(Ok(Frame::data(sse_event("ev-2", &error))));
+            });
+            response
+        }
         Refund::ExpireOnce | Refund::RpcErrorOnce => unreachable!(),
     }
 }
@@ -530,8 +567,8 @@ fn refund(state: &Arc<FakeState>, id: &Value, message: &Value, args: &Value) -> 
 /// `idem mcp-proxy --listen … --upstream …`, killed when dropped (also used by
 /// `mcp_http_node`).
 pub(crate) struct Proxy {
-    child: Child,
-    addr: SocketAddr,
+    pub(crate) child: Child,
+    pub(crate) addr: SocketAddr,
     stderr: PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -673,30 +710,30 @@ fn take_events(text: &mut String) -> Vec<SseEvent> {
 
 /// One HTTP answer, read whole.
 #[derive(Debug)]
-struct Reply {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Bytes,
+pub(crate) struct Reply {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Bytes,
 }
 
 impl Reply {
-    fn content_type(&self) -> &str {
+    pub(crate) fn content_type(&self) -> &str {
         self.headers
             .get(CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
     }
 
-    fn is_sse(&self) -> bool {
+    pub(crate) fn is_sse(&self) -> bool {
         self.content_type().starts_with("text/event-stream")
     }
 
-    fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
 
     /// The JSON-RPC messages it carries: the body, or each event's data.
-    fn messages(&self) -> Vec<Value> {
+    pub(crate) fn messages(&self) -> Vec<Value> {
         if self.is_sse() {
             let mut text = self.text();
             take_events(&mut text)
@@ -714,27 +751,27 @@ impl Reply {
     }
 
     /// The response to request `id` among its messages.
-    fn answer(&self, id: u64) -> Value {
+    pub(crate) fn answer(&self, id: u64) -> Value {
         self.messages()
             .into_iter()
             .find(|m| m.get("method").is_none() && m["id"] == id)
             .unwrap_or_else(|| panic!("no answer to request {id} in {self:?}"))
     }
 
-    fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 }
 
-struct Mcp {
-    http: Client<HttpConnector, Full<Bytes>>,
-    url: String,
-    session: Option<String>,
-    next_id: u64,
+pub(crate) struct Mcp {
+    pub(crate) http: Client<HttpConnector, Full<Bytes>>,
+    pub(crate) url: String,
+    pub(crate) session: Option<String>,
+    pub(crate) next_id: u64,
 }
 
 impl Mcp {
-    fn new(url: String) -> Mcp {
+    pub(crate) fn new(url: String) -> Mcp {
         Mcp {
             http: Client::builder(TokioExecutor::new()).build_http(),
             url,
@@ -743,7 +780,7 @@ impl Mcp {
         }
     }
 
-    fn post_request(&self, message: &Value) -> Request<Full<Bytes>> {
+    pub(crate) fn post_request(&self, message: &Value) -> Request<Full<Bytes>> {
         let mut request = Request::builder()
             .method(Method::POST)
             .uri(&self.url)
@@ -758,7 +795,7 @@ impl Mcp {
             .unwrap()
     }
 
-    async fn send(&self, request: Request<Full<Bytes>>) -> Reply {
+    pub(crate) async fn send(&self, request: Request<Full<Bytes>>) -> Reply {
         let response = self.http.request(request).await.expect("the proxy answers");
         let (head, body) = response.into_parts();
         let body = body
@@ -773,17 +810,17 @@ impl Mcp {
         }
     }
 
-    async fn post(&self, message: &Value) -> Reply {
+    pub(crate) async fn post(&self, message: &Value) -> Reply {
         self.send(self.post_request(message)).await
     }
 
-    fn id(&mut self) -> u64 {
+    pub(crate) fn id(&mut self) -> u64 {
         self.next_id += 1;
         self.next_id
     }
 
     /// `initialize` (its session kept) and `notifications/initialized`.
-    async fn initialize(&mut self) -> (u64, Reply) {
+    pub(crate) async fn initialize(&mut self) -> (u64, Reply) {
         let id = self.id();
         let reply = self
             .post(&json!({
@@ -806,7 +843,12 @@ impl Mcp {
         (id, reply)
     }
 
-    fn call_message(id: u64, tool: &str, arguments: Value, meta: Option<Value>) -> Value {
+    pub(crate) fn call_message(
+        id: u64,
+        tool: &str,
+        arguments: Value,
+        meta: Option<Value>,
+    ) -> Value {
         let mut params = json!({ "name": tool, "arguments": arguments });
         if let Some(meta) = meta {
             params["_meta"] = meta;
@@ -815,7 +857,12 @@ impl Mcp {
     }
 
     /// `tools/call`: the HTTP answer and the request's id.
-    async fn call(&mut self, tool: &str, arguments: Value, meta: Option<Value>) -> (u64, Reply) {
+    pub(crate) async fn call(
+        &mut self,
+        tool: &str,
+        arguments: Value,
+        meta: Option<Value>,
+    ) -> (u64, Reply) {
         let id = self.id();
         let reply = self
             .post(&Mcp::call_message(id, tool, arguments, meta))
@@ -824,7 +871,12 @@ impl Mcp {
     }
 
     /// `tools/call` answered 200: its JSON-RPC result.
-    async fn call_result(&mut self, tool: &str, arguments: Value, meta: Option<Value>) -> Value {
+    pub(crate) async fn call_result(
+        &mut self,
+        tool: &str,
+        arguments: Value,
+        meta: Option<Value>,
+    ) -> Value {
         let (id, reply) = self.call(tool, arguments, meta).await;
         assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
         let answer = reply.answer(id);
@@ -835,11 +887,11 @@ impl Mcp {
     }
 }
 
-fn status(result: &Value) -> &Value {
+pub(crate) fn status(result: &Value) -> &Value {
     &result["_meta"]["idem/status"]
 }
 
-fn key(result: &Value) -> &str {
+pub(crate) fn key(result: &Value) -> &str {
     let key = result["_meta"]["idem/key"]
         .as_str()
         .unwrap_or_else(|| panic!("no idem/key: {result}"));
@@ -851,7 +903,7 @@ fn key(result: &Value) -> &str {
 }
 
 /// `result` without idem's markers (M5).
-fn without_markers(result: &Value) -> Value {
+pub(crate) fn without_markers(result: &Value) -> Value {
     let mut result = result.clone();
     if let Some(meta) = result["_meta"].as_object_mut() {
         meta.remove("idem/status");
@@ -861,17 +913,17 @@ fn without_markers(result: &Value) -> Value {
 }
 
 /// Runs a test body within [`BOUND`].
-async fn bounded<T>(test: impl std::future::Future<Output = T>) -> T {
+pub(crate) async fn bounded<T>(test: impl std::future::Future<Output = T>) -> T {
     timeout(BOUND, test)
         .await
         .unwrap_or_else(|_| panic!("the test did not finish within {BOUND:?}"))
 }
 
-fn refund_args(order: &str, cents: u64) -> Value {
+pub(crate) fn refund_args(order: &str, cents: u64) -> Value {
     json!({ "order_id": order, "amount_cents": cents })
 }
 
-fn in_conversation(conversation: &str) -> Option<Value> {
+pub(crate) fn in_conversation(conversation: &str) -> Option<Value> {
     Some(json!({ "conversationId": conversation }))
 }
 
@@ -1309,7 +1361,7 @@ async fn other_paths_are_forwarded_as_they_are() {
 }
 
 /// Waits until the fake has received `n` `tools/call` requests.
-async fn until_forwarded(fake: &Fake, n: usize) {
+pub(crate) async fn until_forwarded(fake: &Fake, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(5);
     while fake.tool_calls().len() < n {
         assert!(
@@ -1737,10 +1789,10 @@ async fn list_changed_in_a_keyed_calls_stream_lists_the_tools_again() {
     .await;
 }
 
-// pins Y10, Y3: a keyed `tools/call` inside a JSON-RPC batch (MCP 2025-03-26 allowed them)
-// never reaches the upstream outside the call protocol: the proxy refuses the batch (as
-// the stdio proxy does, -32600) or keys the call; the same batch sent twice refunds at most
-// once.
+// pins Y8, Y10, Y3: a `tools/call` inside a JSON-RPC batch (MCP 2025-03-26 allowed them)
+// never reaches the upstream outside the call protocol: the proxy answers the batch as the
+// stdio proxy does, with an array of one -32600 error per request in it, each with its id,
+// and forwards nothing in it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keyed_call_in_a_batch_is_not_forwarded_unkeyed() {
     bounded(async {
@@ -1748,23 +1800,38 @@ async fn a_keyed_call_in_a_batch_is_not_forwarded_unkeyed() {
         let proxy = Proxy::start(&fake.url(), None);
         let mut client = Mcp::new(proxy.url());
         client.initialize().await;
-        let mut replies = Vec::new();
         for _ in 0..2 {
-            let id = client.id();
-            let batch = json!([Mcp::call_message(
-                id,
-                "send_refund",
-                refund_args("B-1", 100),
-                in_conversation("conv-batch"),
-            )]);
+            let (call, ping) = (client.id(), client.id());
+            let batch = json!([
+                Mcp::call_message(
+                    call,
+                    "send_refund",
+                    refund_args("B-1", 100),
+                    in_conversation("conv-batch"),
+                ),
+                {"jsonrpc": "2.0", "method": "notifications/progress", "params": {}},
+                {"jsonrpc": "2.0", "id": ping, "method": "ping"},
+            ]);
             let reply = client.post(&batch).await;
-            replies.push(format!("HTTP {} {}", reply.status, reply.text()));
+            assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+            let answers: Value = serde_json::from_slice(&reply.body).unwrap();
+            let ids: Vec<&Value> = answers
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| &a["id"])
+                .collect();
+            assert_eq!(ids, [&json!(call), &json!(ping)], "{answers}");
+            assert!(answers
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|a| a["error"]["code"] == -32600));
         }
+        assert_eq!(fake.refunds(), 0);
         assert!(
-            fake.refunds() <= 1,
-            "the same batched keyed call ran {} times upstream, unkeyed; the client got:\n{}",
-            fake.refunds(),
-            replies.join("\n")
+            fake.seen().iter().all(|s| !s.body.is_array()),
+            "nothing in a batch went upstream"
         );
     })
     .await;

@@ -673,3 +673,156 @@ fn messages_pass_through_byte_for_byte_but_their_ids() {
         r#"{"result":{"echoed":true,"n":-0,"big":123456789012345678901234567890},"jsonrpc":"2.0","id":98765432109876543210987654321}"#
     );
 }
+
+// pins Y3, Y8: a line that is not UTF-8 is a parse error (never a call with its bytes
+// replaced); a request whose `params` is neither an object nor an array is invalid; a
+// tools/call that names no tool (no `params`, `params` not an object, no string `name`) is
+// refused with invalid params; none of them reaches the server
+#[test]
+fn lines_that_name_no_tool_or_are_not_utf8_are_refused() {
+    let mut proxy = Proxy::start("");
+    proxy.initialize();
+    let mut line = br#"{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"send_refund","arguments":{"order_id":"o"#.to_vec();
+    line.push(0xff);
+    line.extend_from_slice(br#"","amount_cents":1},"_meta":{"conversationId":"c1"}}}"#);
+    line.push(b'\n');
+    let stdin = proxy.stdin.as_mut().unwrap();
+    stdin.write_all(&line).unwrap();
+    stdin.flush().unwrap();
+    let parse = proxy.wait_for("parse error", |m| m["error"]["code"] == -32700);
+    assert_eq!(parse["id"], Value::Null, "{parse}");
+    assert!(
+        parse["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("UTF-8"),
+        "{parse}"
+    );
+    for (id, params) in [
+        (12, Some(json!(["send_refund", {}]))),
+        (13, Some(json!({"arguments": {}}))),
+        (14, Some(json!({"name": 5}))),
+        (15, None),
+    ] {
+        let mut request = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call"});
+        if let Some(params) = params {
+            request["params"] = params;
+        }
+        proxy.send(request);
+        let refused = proxy.response(json!(id));
+        assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    }
+    proxy.send_line(r#"{"jsonrpc":"2.0","id":16,"method":"ping","params":5}"#);
+    let invalid = proxy.response(json!(16));
+    assert_eq!(invalid["error"]["code"], -32600, "{invalid}");
+    assert!(proxy.file("effects").is_empty());
+    let log = proxy.file("log");
+    assert!(
+        !log.iter().any(|l| l.contains("ping")),
+        "nothing refused reached the server: {log:?}"
+    );
+}
+
+// pins Y7, U4: after the client's cancellation, an error the server answers (-32800) does
+// not say the effect did not happen: on_cancel decides it (hold: unknown; release: released)
+#[test]
+fn a_cancelled_call_answered_with_an_error_follows_on_cancel() {
+    for (policy, runs_again) in [("hold", false), ("release", true)] {
+        let mut proxy = Proxy::start(&format!(
+            "cancel_wait = \"5s\"\n[tools.slow]\non_cancel = \"{policy}\"\n"
+        ));
+        proxy.initialize();
+        let params = json!({"name": "slow", "arguments": {"ms": 600, "cancelled_error": true},
+                            "_meta": {"conversationId": "c1"}});
+        proxy.send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}));
+        wait_for_effects(&proxy, 1);
+        proxy.send(
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                          "params": {"requestId": 1, "reason": "user"}}),
+        );
+        let answered = proxy.response(json!(1));
+        let retry = proxy.request(2, "tools/call", params.clone());
+        if runs_again {
+            assert_eq!(answered["error"]["code"], -32800, "{policy}: {answered}");
+            assert_eq!(text(&retry), "slept", "{policy}: {retry}");
+            assert_eq!(proxy.file("effects"), ["slow", "slow"], "{policy}");
+        } else {
+            assert_eq!(
+                answered["result"]["_meta"]["idem/error"], "outcome_unknown",
+                "{policy}: {answered}"
+            );
+            assert_eq!(
+                retry["result"]["_meta"]["idem/error"], "outcome_unknown",
+                "{policy}: {retry}"
+            );
+            assert_eq!(proxy.file("effects"), ["slow"], "{policy}");
+        }
+    }
+}
+
+// pins Y2: a server whose tools/list cursors go round (A, B, A…) is listed once round, and
+// keyed calls go on
+#[test]
+fn a_listing_whose_cursors_go_round_ends() {
+    let mut proxy = Proxy::start("");
+    proxy.initialize();
+    assert_eq!(text(&proxy.call(1, "cycle_cursors", json!({}))), "cycling");
+    let refund = proxy.call(
+        2,
+        "send_refund",
+        json!({"order_id": "o1", "amount_cents": 5}),
+    );
+    assert_eq!(text(&refund), "refund #1", "{refund}");
+    let again = proxy.call(
+        3,
+        "send_refund",
+        json!({"order_id": "o1", "amount_cents": 5}),
+    );
+    assert_eq!(
+        again["result"]["_meta"]["idem/status"], "replayed",
+        "{again}"
+    );
+}
+
+// pins Y5, Y7: two ids past 2^64 that one f64 cannot tell apart are two requests: the
+// cancellation of one reaches the server as that one's, and the other is answered
+#[test]
+fn a_cancellation_finds_its_request_among_ids_past_2_64() {
+    let mut proxy =
+        Proxy::start("cancel_wait = \"200ms\"\n[tools.slow]\non_cancel = \"release\"\n");
+    proxy.initialize();
+    let (a, b) = ("36893488147419103232", "36893488147419103233");
+    for (id, conversation) in [(a, "ca"), (b, "cb")] {
+        proxy.send_line(&format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"slow","arguments":{{"ms":700}},"_meta":{{"conversationId":"{conversation}"}}}}}}"#
+        ));
+    }
+    wait_for_effects(&proxy, 2);
+    proxy.send_line(&format!(
+        r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{b}}}}}"#
+    ));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let answer_to = |id: &str| format!(r#""id":{id},"#);
+    while !proxy
+        .file("client_saw")
+        .iter()
+        .any(|l| l.contains(&answer_to(a)))
+    {
+        assert!(Instant::now() < deadline, "{:?}", proxy.file("client_saw"));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let saw = proxy.file("client_saw");
+    let answer_a = saw.iter().find(|l| l.contains(&answer_to(a))).unwrap();
+    assert!(answer_a.contains("slept"), "{answer_a}");
+    assert!(
+        !saw.iter().any(|l| l.contains(&answer_to(b))),
+        "the cancelled request is not answered: {saw:?}"
+    );
+    let cancelled: Vec<String> = proxy
+        .file("log")
+        .into_iter()
+        .filter(|l| l.starts_with("cancelled "))
+        .collect();
+    assert_eq!(cancelled.len(), 1, "{cancelled:?}");
+}

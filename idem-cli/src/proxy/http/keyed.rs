@@ -1,6 +1,7 @@
 //! A keyed `tools/call` over streamable HTTP: the upstream's answer as the outcome, its
 //! events relayed while it answers (contract Y3, Y7, Y10).
 
+use super::super::jsonrpc::answer_line;
 use super::sse::{sse_response, Answer};
 use super::*;
 
@@ -10,14 +11,14 @@ impl HttpProxy {
         self: Arc<Self>,
         parts: http::request::Parts,
         bytes: Bytes,
-        id: Value,
-        message: Map<String, Value>,
+        id: Id,
+        params: Map<String, Value>,
+        tool: String,
     ) -> Response<Body> {
-        let (params, tool) = super::super::jsonrpc::tool_call(&message);
         let table = match self.tool_table(&parts.headers).await {
             Ok(table) => table,
             Err(problem) => {
-                return json_response(StatusCode::OK, &error_response(id, INTERNAL_ERROR, problem))
+                return json_text_response(StatusCode::OK, error_line(&id, INTERNAL_ERROR, problem))
             }
         };
         let Some(plan) = table.plan(&self.config, &tool) else {
@@ -34,7 +35,7 @@ impl HttpProxy {
         }
         let (cancelled, mut cancelled_seen) = watch::channel(false);
         let exchange = Arc::new(Exchange::default());
-        let entry = (session, id_text(&id));
+        let entry = (session, id.text());
         self.keyed().insert(entry.clone(), Keyed { cancelled });
         // Events for the client while the upstream answers as a stream; the response turns
         // into that stream when the first one comes.
@@ -46,10 +47,7 @@ impl HttpProxy {
         let mut stopping = self.stopping.subscribe();
         if *stopping.borrow() {
             self.keyed().remove(&entry);
-            return json_response(
-                StatusCode::OK,
-                &error_response(id, INTERNAL_ERROR, STOPPING),
-            );
+            return json_text_response(StatusCode::OK, error_line(&id, INTERNAL_ERROR, STOPPING));
         }
         self.running.fetch_add(1, Ordering::SeqCst);
         tokio::spawn(async move {
@@ -61,9 +59,17 @@ impl HttpProxy {
                 let _ = events.send(event);
             };
             let mut upstream_stopping = stopping.clone();
+            let on_cancel = plan.spec.on_cancel;
+            let cancelled_now = cancelled_seen.clone();
             let forward = async {
                 tokio::select! {
-                    answer = proxy.forward_keyed(&parts, bytes, &id, &task_exchange, &mut relay) => answer,
+                    answer = proxy.forward_keyed(&parts, bytes, &id, &task_exchange, &mut relay) => {
+                        if *cancelled_now.borrow() {
+                            answer.after_cancellation(on_cancel)
+                        } else {
+                            answer
+                        }
+                    }
                     // Forwarded and unanswered when the proxy stops: the effect may have
                     // happened (U1).
                     _ = upstream_stopping.wait_for(|stop| *stop) => ServerAnswer::Lost {
@@ -87,20 +93,16 @@ impl HttpProxy {
             };
             proxy.keyed().remove(&entry);
             let finished = match outcome {
-                Some(Ok(Ok(result))) => {
-                    Finished::Message(json!({"jsonrpc": "2.0", "id": id, "result": result}))
-                }
-                Some(Ok(Err(error))) => {
-                    Finished::Message(json!({"jsonrpc": "2.0", "id": id, "error": error}))
-                }
-                Some(Err(())) => Finished::Message(error_response(id, INTERNAL_ERROR, STOPPING)),
+                Some(Ok(Ok(result))) => Finished::Message(answer_line(&id, Ok(&result))),
+                Some(Ok(Err(error))) => Finished::Message(answer_line(&id, Err(&error))),
+                Some(Err(())) => Finished::Message(error_line(&id, INTERNAL_ERROR, STOPPING)),
                 None => Finished::Nothing,
             };
             proxy.running.fetch_sub(1, Ordering::SeqCst);
             if streaming.is_none() {
                 if let Finished::Message(message) = &finished {
                     let _ = events.send(encode_sse(
-                        &Sse::default().event("message").data(message.to_string()),
+                        &Sse::default().event("message").data(message.clone()),
                     ));
                 }
             }
@@ -116,7 +118,7 @@ impl HttpProxy {
                     return response;
                 }
                 match finished {
-                    Ok(Finished::Message(message)) => json_response(StatusCode::OK, &message),
+                    Ok(Finished::Message(message)) => json_text_response(StatusCode::OK, message),
                     _ => Response::builder().status(StatusCode::ACCEPTED).body(full(Bytes::new())).unwrap_or_default(),
                 }
             }
@@ -130,7 +132,7 @@ impl HttpProxy {
         &self,
         parts: &http::request::Parts,
         bytes: Bytes,
-        id: &Value,
+        id: &Id,
         exchange: &Exchange,
         relay: &mut (dyn FnMut(Bytes) + Send),
     ) -> ServerAnswer {
@@ -216,6 +218,7 @@ struct Exchange {
 }
 
 enum Finished {
-    Message(Value),
+    /// The JSON-RPC answer, as text.
+    Message(String),
     Nothing,
 }

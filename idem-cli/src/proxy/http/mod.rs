@@ -32,7 +32,7 @@ use sse_stream::{Sse, SseStream};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::config::Config;
-use super::jsonrpc::{error_response, id_text, INTERNAL_ERROR};
+use super::jsonrpc::{self, error_line, error_response, Id, Malformed, Message, INTERNAL_ERROR};
 use super::keyed::given_up;
 use super::tools::ToolTable;
 
@@ -80,6 +80,9 @@ struct HttpProxy {
     fatal: watch::Sender<Option<String>>,
     /// Keyed calls whose task runs (the proxy waits for them before it exits).
     running: AtomicU64,
+    /// Requests other than GETs whose answers are not yet written whole (the proxy waits
+    /// for them for `cancel_wait` when it stops).
+    passing: Arc<AtomicU64>,
     /// Set once the proxy stops: keyed calls not forwarded yet end with an error, forwarded
     /// ones stop waiting for the upstream (an unknown outcome).
     stopping: watch::Sender<bool>,
@@ -115,6 +118,7 @@ pub async fn serve(config: Config, engine: Engine, listen: SocketAddr, upstream:
         next_id: AtomicU64::new(0),
         fatal: watch::channel(None).0,
         running: AtomicU64::new(0),
+        passing: Arc::default(),
         stopping: watch::channel(false).0,
     });
     let mut fatal = proxy.fatal.subscribe();
@@ -145,7 +149,9 @@ pub async fn serve(config: Config, engine: Engine, listen: SocketAddr, upstream:
     // `cancel_wait`; then the ones still waiting end (Y9).
     if code == 0 {
         let deadline = tokio::time::Instant::now() + proxy.config.cancel_wait;
-        while proxy.running.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
+        let busy =
+            || proxy.running.load(Ordering::SeqCst) + proxy.passing.load(Ordering::SeqCst) > 0;
+        while busy() && tokio::time::Instant::now() < deadline {
             tokio::select! {
                 () = tokio::time::sleep(Duration::from_millis(20)) => {}
                 signal = stop_signal.received() => {
@@ -164,12 +170,31 @@ pub async fn serve(config: Config, engine: Engine, listen: SocketAddr, upstream:
 }
 
 impl HttpProxy {
+    /// Whether `uri` names the MCP endpoint: compared as routers may (percent-decoded, dot
+    /// segments and repeated or trailing slashes removed, case folded), so that no spelling
+    /// of the endpoint's path passes a keyed call through unkeyed (Y10). A path that only
+    /// looks like it costs nothing: its requests are forwarded to it all the same.
     fn is_endpoint(&self, uri: &Uri) -> bool {
-        uri.path() == self.upstream.path()
+        comparable_path(uri.path()) == comparable_path(self.upstream.path())
     }
 
     async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Response<Body> {
         let (parts, body) = request.into_parts();
+        // Every request but a GET (an event stream that lasts as long as its session) is
+        // waited for when the proxy stops (Y9).
+        let flight = (parts.method != Method::GET).then(|| Flight::start(&self.passing));
+        let response = self.route(parts, body).await;
+        match flight {
+            Some(flight) => flight.carried_by(response),
+            None => response,
+        }
+    }
+
+    async fn route(
+        self: &Arc<Self>,
+        parts: http::request::Parts,
+        body: Incoming,
+    ) -> Response<Body> {
         if parts.method != Method::POST || !self.is_endpoint(&parts.uri) {
             return self.forward(parts, body.boxed_unsync_err()).await;
         }
@@ -177,44 +202,50 @@ impl HttpProxy {
             Ok(bytes) => bytes,
             Err(response) => return response,
         };
-        if let Ok(Value::Array(batch)) = serde_json::from_slice::<Value>(&bytes) {
-            if batch
-                .iter()
-                .any(|m| m.get("method") == Some(&json!("tools/call")))
-            {
-                // A keyed call must not pass unkeyed inside a batch (JSON-RPC batches were
-                // removed from MCP in 2025-06-18): refused whole, nothing forwarded.
-                let message = error_response(
-                    Value::Null,
-                    super::jsonrpc::INVALID_REQUEST,
-                    "idem mcp-proxy does not take tools/call inside a JSON-RPC batch: send each tools/call as its own request",
-                );
-                return json_response(StatusCode::OK, &message);
+        let text = match jsonrpc::utf8(&bytes) {
+            Ok(text) => text,
+            Err(bad) => return malformed(&bad),
+        };
+        if let Some(answer) = jsonrpc::refuse_batch(text) {
+            // A batch (MCP before 2025-06-18) passes through unless a tools/call is in it:
+            // a keyed call must not pass unkeyed inside one. Then nothing in it is
+            // forwarded, and each request in it is answered with an error (Y8, Y10).
+            if !batch_calls_a_tool(text) {
+                return self.forward(parts, full(bytes)).await;
             }
+            return match answer {
+                Some(answer) => json_text_response(StatusCode::OK, answer),
+                None => empty_response(StatusCode::ACCEPTED),
+            };
         }
-        let message: Option<Map<String, Value>> = serde_json::from_slice(&bytes).ok();
-        let method = message
-            .as_ref()
-            .and_then(|m| m.get("method"))
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        match (method, message.as_ref().and_then(|m| m.get("id")).cloned()) {
-            ("tools/call", Some(id)) => {
-                let message = message.unwrap_or_default();
-                self.tools_call(parts, bytes, id, message).await
-            }
-            ("initialize", Some(_)) => {
+        let message = match jsonrpc::parse(text) {
+            Ok(message) => message,
+            Err(bad) => return malformed(&bad),
+        };
+        match message {
+            Message::Request {
+                id, method, body, ..
+            } if method == "tools/call" => match jsonrpc::tool_call(&body) {
+                Ok((params, tool)) => {
+                    Arc::clone(self)
+                        .tools_call(parts, bytes, id, params, tool)
+                        .await
+                }
+                Err(why) => {
+                    tracing::warn!("a tools/call that names no tool, refused: {why}");
+                    json_text_response(
+                        StatusCode::OK,
+                        error_line(&id, jsonrpc::INVALID_PARAMS, why),
+                    )
+                }
+            },
+            Message::Request { method, .. } if method == "initialize" => {
                 let response = self.forward(parts, full(bytes)).await;
                 self.advertise(response).await
             }
-            ("notifications/cancelled", None) => {
-                let request = message
-                    .as_ref()
-                    .and_then(|m| m.get("params"))
-                    .and_then(|p| p.get("requestId"))
-                    .map(id_text);
-                if let Some(request) = request {
-                    let key = (session(&parts.headers), request);
+            Message::Notification { method, raw, .. } if method == "notifications/cancelled" => {
+                if let Some(request) = raw.param_id("requestId") {
+                    let key = (session(&parts.headers), request.text());
                     if let Some(keyed) = self.keyed().get(&key) {
                         keyed.cancelled.send_replace(true);
                     }
@@ -238,6 +269,7 @@ impl HttpProxy {
             Ok(response) => {
                 let (mut head, body) = response.into_parts();
                 strip_hop_by_hop(&mut head.headers);
+                self.relative_location(&mut head.headers);
                 let body = if is_sse(&head.headers) {
                     self.watch_list_changed(body)
                 } else {
@@ -282,6 +314,25 @@ impl HttpProxy {
                 maybe_delivered: !e.is_connect(),
                 message: format!("the upstream MCP server at {} failed: {e}", self.upstream),
             })
+    }
+
+    /// A redirect to the upstream's own origin is made relative (its path and query), so
+    /// that the client follows it through the proxy, never around it (Y10).
+    fn relative_location(&self, headers: &mut HeaderMap) {
+        let Some(location) = headers
+            .get(header::LOCATION)
+            .and_then(|l| l.to_str().ok())
+            .and_then(|l| l.parse::<Uri>().ok())
+        else {
+            return;
+        };
+        let same_origin = location.scheme() == self.upstream.scheme()
+            && location.authority() == self.upstream.authority();
+        if let (true, Some(path)) = (same_origin, location.path_and_query()) {
+            if let Ok(relative) = HeaderValue::from_str(path.as_str()) {
+                headers.insert(header::LOCATION, relative);
+            }
+        }
     }
 
     /// Passes an SSE stream through, and forgets the tool listing when the stream carries
@@ -413,7 +464,7 @@ impl HttpProxy {
                 .await;
             let page = match response {
                 Ok(response) if response.status().is_success() => {
-                    match read_answer(response, &json!(id), &mut |_| {}).await {
+                    match read_answer(response, &Id::of(&json!(id)), &mut |_| {}).await {
                         Ok(Answer::Message(message)) => {
                             message.get("result").and_then(Value::as_object).cloned()
                         }
@@ -430,8 +481,8 @@ impl HttpProxy {
                 return Ok(Arc::new(table));
             };
             match table.add_page(&page) {
-                Some(next) if cursor.as_deref() != Some(next.as_str()) => cursor = Some(next),
-                _ => break,
+                Some(next) => cursor = Some(next),
+                None => break,
             }
         }
         if let Err(problem) = table.check(&self.config) {
@@ -480,6 +531,135 @@ fn json_response(status: StatusCode, message: &Value) -> Response<Body> {
         .header(header::CONTENT_TYPE, "application/json")
         .body(full(Bytes::from(message.to_string())))
         .unwrap_or_default()
+}
+
+fn json_text_response(status: StatusCode, message: String) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(full(Bytes::from(message)))
+        .unwrap_or_default()
+}
+
+fn empty_response(status: StatusCode) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .body(full(Bytes::new()))
+        .unwrap_or_default()
+}
+
+/// A POST to the endpoint that is no JSON-RPC message: HTTP 400 with Y8's error, nothing
+/// forwarded (MCP's streamable HTTP answers a body it cannot accept with 400).
+fn malformed(bad: &Malformed) -> Response<Body> {
+    tracing::warn!(
+        code = bad.code,
+        "malformed message from the client: {}",
+        bad.why
+    );
+    json_text_response(
+        StatusCode::BAD_REQUEST,
+        error_line(&bad.id, bad.code, bad.why.clone()),
+    )
+}
+
+/// Whether the batch `text` holds a `tools/call` request.
+fn batch_calls_a_tool(text: &str) -> bool {
+    serde_json::from_str::<Vec<Box<serde_json::value::RawValue>>>(text).is_ok_and(|elements| {
+        elements.iter().any(|element| {
+            matches!(jsonrpc::parse(element.get()),
+                Ok(Message::Request { method, .. }) if method == "tools/call")
+        })
+    })
+}
+
+/// A path as routers may read it, for comparison: percent-decoded, dot segments and empty
+/// segments removed, lower case (`/%6DCP/./` is `/mcp`).
+fn comparable_path(path: &str) -> String {
+    let bytes = path.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        match (
+            bytes[at],
+            bytes.get(at + 1).copied().and_then(hex),
+            bytes.get(at + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(high), Some(low)) => {
+                // Two hex digits make one byte: high * 16 + low < 256.
+                decoded.push(u8::try_from(high * 16 + low).unwrap_or(b'%'));
+                at += 3;
+            }
+            (byte, _, _) => {
+                decoded.push(byte);
+                at += 1;
+            }
+        }
+    }
+    let decoded = String::from_utf8_lossy(&decoded).to_lowercase();
+    let mut segments: Vec<&str> = Vec::new();
+    for segment in decoded.split('/') {
+        match segment {
+            "" | "." => {}
+            ".." => {
+                segments.pop();
+            }
+            segment => segments.push(segment),
+        }
+    }
+    segments.join("/")
+}
+
+/// One request in flight, counted until its answer is written whole or dropped.
+struct Flight(Arc<AtomicU64>);
+
+impl Flight {
+    fn start(counter: &Arc<AtomicU64>) -> Self {
+        counter.fetch_add(1, Ordering::SeqCst);
+        Flight(Arc::clone(counter))
+    }
+
+    /// `response`, whose body holds the count until it ends.
+    fn carried_by(self, response: Response<Body>) -> Response<Body> {
+        response.map(|body| {
+            BodyExt::boxed_unsync(Counted {
+                body,
+                _flight: self,
+            })
+        })
+    }
+}
+
+impl Drop for Flight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A response body that keeps its request counted in flight.
+struct Counted {
+    body: Body,
+    _flight: Flight,
+}
+
+impl hyper::body::Body for Counted {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        std::pin::Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 fn bad_gateway(error: &str) -> Response<Body> {
@@ -543,5 +723,30 @@ trait BoxedUnsyncErr {
 impl BoxedUnsyncErr for Incoming {
     fn boxed_unsync_err(self) -> Body {
         self.map_err(|e| Box::new(e) as BoxError).boxed_unsync()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::comparable_path;
+
+    // pins Y10: spellings a router may take for the endpoint compare equal to it
+    #[test]
+    fn endpoint_spellings_compare_equal() {
+        for path in [
+            "/mcp",
+            "/mcp/",
+            "//mcp",
+            "/%6Dcp",
+            "/%6dCP",
+            "/x/../mcp",
+            "/./mcp",
+        ] {
+            assert_eq!(comparable_path(path), "mcp", "{path}");
+        }
+        assert_eq!(comparable_path("/"), "");
+        assert_ne!(comparable_path("/mcpx"), "mcp");
+        assert_eq!(comparable_path("/a%2fb"), comparable_path("/a/b"));
+        assert_eq!(comparable_path("/%zz"), "%zz");
     }
 }

@@ -15,23 +15,18 @@ pub(super) enum Answer {
 /// events go to `relay`).
 pub(super) async fn read_answer(
     response: Response<Incoming>,
-    id: &Value,
+    id: &Id,
     relay: &mut (dyn FnMut(Sse) + Send),
 ) -> Result<Answer, String> {
     if is_sse(response.headers()) {
         let mut events = SseStream::new(response.into_body());
         while let Some(event) = events.next().await {
             let event = event.map_err(|e| format!("the upstream's event stream broke: {e}"))?;
-            let message = event
-                .data
-                .as_deref()
-                .and_then(|data| serde_json::from_str::<Map<String, Value>>(data).ok());
+            let message = event.data.as_deref().map(jsonrpc::parse);
             match message {
-                Some(message)
-                    if message.get("id") == Some(id) && !message.contains_key("method") =>
-                {
-                    return Ok(Answer::Message(message))
-                }
+                Some(Ok(Message::Response {
+                    id: answered, body, ..
+                })) if answered.text() == id.text() => return Ok(Answer::Message(body)),
                 _ => relay(event),
             }
         }

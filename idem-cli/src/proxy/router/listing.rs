@@ -102,8 +102,8 @@ impl Router {
                 }
             };
             match table.add_page(&page) {
-                Some(next) if cursor.as_deref() != Some(next.as_str()) => cursor = Some(next),
-                _ => return Some(table),
+                Some(next) => cursor = Some(next),
+                None => return Some(table),
             }
         }
     }

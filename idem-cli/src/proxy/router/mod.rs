@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::config::Config;
-use super::jsonrpc::{self, error_line, id_text, Id, Message, INTERNAL_ERROR};
+use super::jsonrpc::{self, error_line, Id, Message, INTERNAL_ERROR, INVALID_PARAMS};
 use super::tools::ToolTable;
 
 mod listing;
@@ -216,7 +216,19 @@ impl Router {
     // ---- from the client ----
 
     /// One line from the client (Y1, Y5, Y8).
-    pub fn from_client(self: &Arc<Self>, line: &str) {
+    pub fn from_client(self: &Arc<Self>, line: &[u8]) {
+        let line = match jsonrpc::utf8(line) {
+            Ok(line) => line,
+            Err(bad) => {
+                tracing::warn!(
+                    code = bad.code,
+                    "malformed message from the client: {}",
+                    bad.why
+                );
+                self.send_client(error_line(&bad.id, bad.code, bad.why));
+                return;
+            }
+        };
         if line.trim().is_empty() {
             return;
         }
@@ -248,12 +260,22 @@ impl Router {
             } => {
                 self.remember_protocol_meta(&body);
                 if method == "tools/call" {
+                    let (params, tool) = match jsonrpc::tool_call(&body) {
+                        Ok(call) => call,
+                        Err(why) => {
+                            tracing::warn!("a tools/call that names no tool, refused: {why}");
+                            self.send_client(error_line(&id, INVALID_PARAMS, why));
+                            return;
+                        }
+                    };
                     // Registered before its task runs: a client that closes its input
                     // right after the request still finds it in progress (the proxy waits
                     // for it before it exits).
                     let (call, cancelled) = self.keyed_started(&id);
                     let router = Arc::clone(self);
-                    tokio::spawn(super::keyed::serve(router, id, body, raw, call, cancelled));
+                    tokio::spawn(super::keyed::serve(
+                        router, id, params, tool, raw, call, cancelled,
+                    ));
                 } else {
                     if method == "initialize" {
                         self.state().initialize = body.get("params").cloned();
@@ -267,7 +289,7 @@ impl Router {
                 raw,
             } => match method.as_str() {
                 "notifications/cancelled" => {
-                    if self.cancel_from_client(&mut body) {
+                    if self.cancel_from_client(&mut body, &raw) {
                         self.send_server(None, Value::Object(body).to_string());
                     }
                 }
@@ -425,11 +447,11 @@ impl Router {
     /// Translates a client's `notifications/cancelled` to the proxy's id; `false` when it
     /// names no request in flight (then it is dropped: the id means nothing to the server).
     /// A keyed call is flagged cancelled (Y7).
-    fn cancel_from_client(&self, body: &mut Map<String, Value>) -> bool {
-        let Some(request_id) = param(body, "requestId").cloned() else {
+    fn cancel_from_client(&self, body: &mut Map<String, Value>, raw: &jsonrpc::Raw) -> bool {
+        let Some(request_id) = raw.param_id("requestId") else {
             return false;
         };
-        let text = id_text(&request_id);
+        let text = request_id.text();
         let proxy_id = {
             let state = self.state();
             let mut keyed = state
@@ -465,7 +487,14 @@ impl Router {
     // ---- from the server ----
 
     /// One line from the server process of `generation` (Y1, Y5, Y8).
-    pub fn from_server(self: &Arc<Self>, generation: u64, line: &str) {
+    pub fn from_server(self: &Arc<Self>, generation: u64, line: &[u8]) {
+        let line = match jsonrpc::utf8(line) {
+            Ok(line) => line,
+            Err(bad) => {
+                tracing::warn!("malformed message from the server, dropped: {}", bad.why);
+                return;
+            }
+        };
         if line.trim().is_empty() {
             return;
         }
@@ -498,11 +527,10 @@ impl Router {
                 raw,
             } => {
                 if method == "notifications/cancelled" {
-                    let request_id = param(&body, "requestId").cloned();
-                    let proxy_id = request_id.and_then(|id| {
+                    let proxy_id = raw.param_id("requestId").and_then(|id| {
                         self.state()
                             .server_ids
-                            .get(&(generation, id_text(&id)))
+                            .get(&(generation, id.text()))
                             .copied()
                     });
                     match (

@@ -68,6 +68,24 @@ impl ServerAnswer {
             },
         }
     }
+
+    /// The answer to a call its client cancelled (Y7): a JSON-RPC [`Error`](Self::Error)
+    /// then does not say the request went unserved (MCP's -32800 "request cancelled" may
+    /// come after the work began), so `on_cancel` decides it as it decides a cancelled call
+    /// with no answer: [`OnCancel::Hold`] makes it [`Lost`](Self::Lost) (an unknown
+    /// outcome, U1, U4), [`OnCancel::Release`] leaves it an error (the claim released). A
+    /// result, and every other answer, is unchanged.
+    pub fn after_cancellation(self, on_cancel: crate::OnCancel) -> Self {
+        match (self, on_cancel) {
+            (ServerAnswer::Error(error), crate::OnCancel::Hold) => ServerAnswer::Lost {
+                reason: format!(
+                    "the client cancelled the call, and the MCP server's error answer ({}) does not say whether the effect happened",
+                    shorten(&error.to_string())
+                ),
+            },
+            (answer, _) => answer,
+        }
+    }
 }
 
 /// At most 200 characters of `text`, for messages.
@@ -384,6 +402,25 @@ fn to_object(mut result: CallToolResult, result_type: bool) -> JsonObject {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    // pins Y7, U4: after a cancellation an error answer is unknown under hold, an error under
+    // release; a result stays a result
+    #[test]
+    fn a_cancelled_calls_error_answer_follows_on_cancel() {
+        let error = || ServerAnswer::Error(json!({"code": -32800, "message": "request cancelled"}));
+        assert!(matches!(
+            error().after_cancellation(crate::OnCancel::Hold),
+            ServerAnswer::Lost { reason } if reason.contains("-32800")
+        ));
+        assert!(matches!(
+            error().after_cancellation(crate::OnCancel::Release),
+            ServerAnswer::Error(_)
+        ));
+        assert!(matches!(
+            ServerAnswer::Result(JsonObject::new()).after_cancellation(crate::OnCancel::Hold),
+            ServerAnswer::Result(_)
+        ));
+    }
 
     fn object(value: Value) -> JsonObject {
         value.as_object().unwrap().clone()
