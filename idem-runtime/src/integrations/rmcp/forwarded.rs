@@ -72,8 +72,8 @@ impl ServerAnswer {
     /// The answer to a call its client cancelled (Y7): a JSON-RPC [`Error`](Self::Error)
     /// then does not say the request went unserved (MCP's -32800 "request cancelled" may
     /// come after the work began), so `on_cancel` decides it as it decides a cancelled call
-    /// with no answer: [`OnCancel::Hold`] makes it [`Lost`](Self::Lost) (an unknown
-    /// outcome, U1, U4), [`OnCancel::Release`] leaves it an error (the claim released). A
+    /// with no answer: [`OnCancel::Hold`](crate::OnCancel::Hold) makes it [`Lost`](Self::Lost) (an unknown
+    /// outcome, U1, U4), [`OnCancel::Release`](crate::OnCancel::Release) leaves it an error (the claim released). A
     /// result, and every other answer, is unchanged.
     pub fn after_cancellation(self, on_cancel: crate::OnCancel) -> Self {
         match (self, on_cancel) {
