@@ -215,19 +215,21 @@ impl Router {
 
     // ---- from the client ----
 
+    /// Answers a client's line that is no message with Y8's error, and logs it.
+    fn refuse(&self, bad: &jsonrpc::Malformed) {
+        tracing::warn!(
+            code = bad.code,
+            "malformed message from the client: {}",
+            bad.why
+        );
+        self.send_client(error_line(&bad.id, bad.code, bad.why.clone()));
+    }
+
     /// One line from the client (Y1, Y5, Y8).
     pub fn from_client(self: &Arc<Self>, line: &[u8]) {
         let line = match jsonrpc::utf8(line) {
             Ok(line) => line,
-            Err(bad) => {
-                tracing::warn!(
-                    code = bad.code,
-                    "malformed message from the client: {}",
-                    bad.why
-                );
-                self.send_client(error_line(&bad.id, bad.code, bad.why));
-                return;
-            }
+            Err(bad) => return self.refuse(&bad),
         };
         if line.trim().is_empty() {
             return;
@@ -241,15 +243,7 @@ impl Router {
         }
         let message = match jsonrpc::parse(line) {
             Ok(message) => message,
-            Err(bad) => {
-                tracing::warn!(
-                    code = bad.code,
-                    "malformed message from the client: {}",
-                    bad.why
-                );
-                self.send_client(error_line(&bad.id, bad.code, bad.why));
-                return;
-            }
+            Err(bad) => return self.refuse(&bad),
         };
         match message {
             Message::Request {
